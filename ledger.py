@@ -1,0 +1,238 @@
+"""The append-only, hash-chained ledger of a run (one canonical JSON record per line).
+
+Each record carries `seq`, the previous record's hash (`prev`) and its own `hash` (SHA-256
+of the canonical record without `hash`). Appends take an exclusive lock, repair a torn last
+line left by a crash (kept aside as `<ledger>.torn-<n>` and recorded), write the whole line
+with one `write()`, and `fsync`. An fsync error stops the caller: it is never retried.
+
+    led = Ledger(Path("state/runs/r1/ledger.jsonl"))
+    led.append("stop", {"reason": "budget"}, run_id="r1")
+    report = verify_file(path)          # sil ledger verify
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict
+
+GENESIS = "0" * 64
+RECORD_TYPES = frozenset(
+    {
+        "contract", "approval", "baseline", "noise", "mutation", "intent", "applied", "audit",
+        "gap", "round", "verdict", "promote", "revert", "replicate", "demote", "probe", "stop",
+        "recovery", "halt", "summary",
+    }
+)
+_TAIL_CHUNK = 65536
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot be appended to safely (I/O or fsync failure, bad record)."""
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seq: int
+    prev: str
+    ts: str
+    run_id: str
+    type: str
+    offline: bool
+    simulated: bool
+    payload: dict[str, Any]
+    hash: str
+
+
+class VerifyReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    ok: bool
+    records: int
+    head_hash: str
+    errors: list[str]
+
+
+def canonical(obj: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no spaces, UTF-8, and NaN/inf refused."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def record_hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical({k: v for k, v in fields.items() if k != "hash"})).hexdigest()
+
+
+def _payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="json")
+    return json.loads(canonical(payload))
+
+
+class Ledger:
+    """Appender for one ledger file; safe across processes through a file lock."""
+
+    def __init__(self, path: Path, *, offline: bool = True, simulated: bool = True) -> None:
+        self.path = Path(path)
+        self.offline = offline
+        self.simulated = simulated
+        self._lock = FileLock(str(self.path) + ".lock")
+
+    def append(self, type_: str, payload: BaseModel | dict[str, Any], *, run_id: str) -> Record:
+        if type_ not in RECORD_TYPES:
+            raise LedgerError(f"unknown record type {type_!r}")
+        body = _payload(payload)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            created = not self.path.exists()
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                last = self._repair_and_read_last(fd, run_id)
+                fields = {
+                    "seq": 0 if last is None else last.seq + 1,
+                    "prev": GENESIS if last is None else last.hash,
+                    "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                    "run_id": run_id,
+                    "type": type_,
+                    "offline": self.offline,
+                    "simulated": self.simulated,
+                    "payload": body,
+                }
+                record = Record(**fields, hash=record_hash(fields))
+                _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.path.parent)
+        return record
+
+    def _repair_and_read_last(self, fd: int, run_id: str) -> Record | None:
+        """Return the last complete record, cutting a torn tail first if there is one."""
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return None
+        end = _last_newline_end(fd, size)
+        if end < size:
+            torn = os.pread(fd, size - end, end)
+            aside = self._aside_path()
+            aside.write_bytes(torn)
+            os.ftruncate(fd, end)
+            _fsync(fd)
+            last = _parse_last(fd, end)
+            fields = {
+                "seq": 0 if last is None else last.seq + 1,
+                "prev": GENESIS if last is None else last.hash,
+                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "run_id": run_id,
+                "type": "recovery",
+                "offline": self.offline,
+                "simulated": self.simulated,
+                "payload": {"torn_tail_bytes": len(torn), "kept_at": aside.name},
+            }
+            record = Record(**fields, hash=record_hash(fields))
+            _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
+            return record
+        return _parse_last(fd, end)
+
+    def _aside_path(self) -> Path:
+        n = 0
+        while (p := self.path.with_name(f"{self.path.name}.torn-{n}")).exists():
+            n += 1
+        return p
+
+
+def _write_line(fd: int, line: bytes) -> None:
+    try:
+        written = os.write(fd, line)
+    except OSError as ex:
+        raise LedgerError(f"ledger write failed: {ex}") from ex
+    if written != len(line):
+        raise LedgerError(f"short ledger write ({written} of {len(line)} bytes)")
+    _fsync(fd)
+
+
+def _fsync(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as ex:  # fsyncgate: after a failed fsync the data may be gone; stop.
+        raise LedgerError(f"fsync failed, stopping without retry: {ex}") from ex
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _last_newline_end(fd: int, size: int) -> int:
+    """Offset just past the last b'\\n' in the file (0 if there is none)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - _TAIL_CHUNK)
+        chunk = os.pread(fd, pos - start, start)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
+def _parse_last(fd: int, end: int) -> Record | None:
+    if end == 0:
+        return None
+    start = _last_newline_end(fd, end - 1)
+    line = os.pread(fd, end - start, start)
+    try:
+        return Record.model_validate_json(line)
+    except ValueError as ex:
+        raise LedgerError(f"last ledger record is unreadable; run `sil ledger verify`: {ex}") from None
+
+
+def read_records(path: Path) -> Iterator[Record]:
+    with open(path, "rb") as fh:
+        for n, line in enumerate(fh):
+            try:
+                yield Record.model_validate_json(line)
+            except ValueError as ex:
+                raise LedgerError(f"line {n + 1} is not a ledger record: {ex}") from None
+
+
+def verify_file(path: Path) -> VerifyReport:
+    """Check every line: canonical form, hash, sequence and chain."""
+    errors: list[str] = []
+    prev, count, head = GENESIS, 0, GENESIS
+    try:
+        data = Path(path).read_bytes()
+    except OSError as ex:
+        return VerifyReport(ok=False, records=0, head_hash=GENESIS, errors=[f"cannot read: {ex}"])
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        errors.append(f"line {len(lines)}: torn tail (no final newline)")
+    for n, line in enumerate(lines):
+        where = f"line {n + 1}"
+        try:
+            rec = Record.model_validate_json(line)
+        except ValueError:
+            errors.append(f"{where}: not a ledger record")
+            continue
+        fields = rec.model_dump(mode="json")
+        if canonical(fields) != line:
+            errors.append(f"{where}: not in canonical form (edited?)")
+        if record_hash(fields) != rec.hash:
+            errors.append(f"{where}: hash does not match content (edited)")
+        if rec.seq != n:
+            errors.append(f"{where}: seq {rec.seq}, expected {n} (deleted, duplicated or reordered)")
+        if rec.prev != prev:
+            errors.append(f"{where}: prev does not match the record before (chain broken)")
+        prev, head, count = rec.hash, rec.hash, count + 1
+    return VerifyReport(ok=not errors, records=count, head_hash=head, errors=errors)

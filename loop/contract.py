@@ -1,0 +1,263 @@
+"""The run contract: `program.md` front matter, parsed strictly and hashed canonically.
+
+A contract is YAML front matter (the machine-readable contract) followed by Markdown prose
+(the research programme the mutator reads). It is frozen for a run: a revision is a new
+contract with `parent` set to the old contract's hash and a `revision_reason`.
+
+    contract = load_contract(Path("program.md"))
+    contract.contract_hash      # sha256 over the validated, canonical content
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sil_policy import SURFACES
+
+Backend = Literal["sim", "petri"]
+Arm = Literal["never", "random", "gate"]
+OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/")
+
+
+class ContractError(ValueError):
+    """A contract that cannot be read or does not validate; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RoleModel(_Strict):
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    credential_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+
+    @property
+    def offline(self) -> bool:
+        return self.model.startswith(OFFLINE_PREFIXES)
+
+
+class Models(_Strict):
+    auditor: RoleModel
+    target: RoleModel
+    judge: RoleModel
+    mutator: RoleModel
+
+
+class Measurement(_Strict):
+    seed_library: str = "measurement"
+    manifest_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    max_turns: Annotated[int, Field(ge=1, le=100)] = 12
+    audit_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 60.0
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    judge_resamples: Annotated[int, Field(ge=1, le=10)] = 1
+
+
+class Budget(_Strict):
+    max_audits: Annotated[int, Field(ge=2, le=100_000)]
+    max_wall_s: Annotated[float, Field(gt=0)]
+    max_usd: Annotated[float, Field(ge=0)]
+    arm_audits: dict[Arm, Annotated[int, Field(ge=0)]]
+    final_check_rounds: Annotated[int, Field(ge=0, le=100)] = 4
+
+    @model_validator(mode="after")
+    def _fits(self) -> Budget:
+        if sum(self.arm_audits.values()) > self.max_audits:
+            raise ValueError(
+                f"arm_audits add up to {sum(self.arm_audits.values())}, more than max_audits "
+                f"{self.max_audits}"
+            )
+        return self
+
+
+class Promotion(_Strict):
+    gate: Literal["spg", "paired_margin"] = "spg"
+    target_dimensions: Annotated[list[str], Field(min_length=1)]
+    critical_dimensions: list[str]
+    auxiliary_dimensions: list[str] = []
+    superiority_margin: Annotated[float, Field(ge=0)] = 0.0
+    critical_margin: Annotated[float, Field(gt=0)] = 0.5
+    auxiliary_margin: Annotated[float, Field(gt=0)] = 0.3
+    baseline_k: Annotated[int, Field(ge=1, le=100)] = 5
+    calibration_pairs: Annotated[int, Field(ge=2, le=200)] = 12
+    replicate_k: Annotated[int, Field(ge=1, le=64)] = 16
+    alpha_run: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    alpha_noninferiority: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    max_confirmations: Annotated[int, Field(ge=1, le=10_000)] = 24
+    error_control: Literal["fwer", "elond"] = "fwer"
+    min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.7
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> Promotion:
+        seen: dict[str, str] = {}
+        for role in ("target_dimensions", "critical_dimensions", "auxiliary_dimensions"):
+            for dim in getattr(self, role):
+                if dim in seen:
+                    raise ValueError(f"dimension {dim!r} is in both {seen[dim]} and {role}")
+                seen[dim] = role
+        return self
+
+
+class SearchSpace(_Strict):
+    surfaces: Annotated[list[str], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _known(self) -> SearchSpace:
+        bad = [s for s in self.surfaces if s not in SURFACES]
+        if bad:
+            raise ValueError(f"unknown surfaces {bad}; allowed: {', '.join(SURFACES)}")
+        return self
+
+
+class StopRules(_Strict):
+    max_consecutive_gaps: Annotated[int, Field(ge=1)] = 3
+    max_candidates_per_arm: Annotated[int, Field(ge=1)] = 1000
+    stop_on_uncertain_revert: Literal[True] = True
+
+
+class SimParams(_Strict):
+    """Parameters of the embedded simulated audit (see sil_runtime/sim/README.md)."""
+
+    world_seed: int = 20261129
+    landscape_seed: int = 7
+    intercepts: dict[str, float]
+    drift_loading: dict[str, float] = {}
+    seed_difficulty_sd: float = 1.5
+    batch_sd: float = 0.4
+    noise_scale: float = 1.4
+    noise_df: Annotated[float, Field(gt=2)] = 3.0
+    drift_sd: Annotated[float, Field(ge=0)] = 0.7
+    drift_corr_audits: Annotated[float, Field(gt=0)] = 20.0
+    drift_trend: float = 0.0
+    pair_correlation: Annotated[float, Field(ge=0, le=1)] = 0.0
+    effect_heterogeneity: Annotated[float, Field(ge=0)] = 0.5
+    p_missing_cell: Annotated[float, Field(ge=0, le=1)] = 0.05
+    p_missing_dimension: Annotated[float, Field(ge=0, le=1)] = 0.03
+    p_crash: Annotated[float, Field(ge=0, le=1)] = 0.01
+    seconds_per_audit: Annotated[float, Field(ge=0)] = 0.0
+
+
+class Contract(_Strict):
+    contract_id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+    parent: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    revision_reason: str | None = None
+    backend: Backend
+    models: Models
+    measurement: Measurement
+    budget: Budget
+    promotion: Promotion
+    search_space: SearchSpace
+    stop: StopRules = StopRules()
+    arms: Annotated[list[Arm], Field(min_length=1)] = ["never", "random", "gate"]
+    seed: int = 0
+    sim: SimParams | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Contract:
+        if (self.parent is None) != (self.revision_reason is None):
+            raise ValueError("parent and revision_reason go together: a revision names both")
+        if self.backend == "sim" and self.sim is None:
+            raise ValueError("backend 'sim' needs a 'sim' section with its parameters")
+        if self.backend != "sim" and self.sim is not None:
+            raise ValueError("the 'sim' section is only for backend 'sim'")
+        if "gate" in self.arms and "never" not in self.arms:
+            raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
+        return self
+
+    @property
+    def offline(self) -> bool:
+        """True when no role can reach a paid model."""
+        return self.backend == "sim" or all(
+            getattr(self.models, r).offline for r in ("auditor", "target", "judge", "mutator")
+        )
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def contract_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def dimensions(self) -> list[str]:
+        p = self.promotion
+        return [*p.target_dimensions, *p.critical_dimensions, *p.auxiliary_dimensions]
+
+
+class LoadedContract(BaseModel):
+    """A validated contract plus the prose programme that came with it."""
+
+    model_config = ConfigDict(frozen=True)
+    contract: Contract
+    programme: str
+    path: str
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ContractError(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}: "
+                "each field may appear once"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def split_front_matter(text: str) -> tuple[str, str]:
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        raise ContractError("program.md must start with a '---' line opening the YAML front matter")
+    for i, line in enumerate(lines[1:], start=1):
+        if line.strip() == "---":
+            return "".join(lines[1:i]), "".join(lines[i + 1 :])
+    raise ContractError("program.md front matter is not closed by a '---' line")
+
+
+def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
+    front, prose = split_front_matter(text)
+    try:
+        data = yaml.load(front, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as ex:
+        raise ContractError(f"{path}: front matter is not valid YAML: {ex}") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: front matter must be a mapping of contract fields")
+    try:
+        contract = Contract.model_validate(data)
+    except ValidationError as ex:
+        raise ContractError(f"{path}: invalid contract:\n{format_errors(ex)}") from None
+    return LoadedContract(contract=contract, programme=prose.strip(), path=path)
+
+
+def load_contract(path: Path) -> LoadedContract:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as ex:
+        raise ContractError(f"cannot read contract {path}: {ex.strerror}") from None
+    except UnicodeDecodeError:
+        raise ContractError(f"contract {path} is not UTF-8 text") from None
+    return parse_contract(text, str(path))
+
+
+def format_errors(err: ValidationError) -> str:
+    out = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(contract)"
+        out.append(f"  {where}: {e['msg']}")
+    return "\n".join(out)

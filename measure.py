@@ -1,0 +1,296 @@
+"""The audit subprocess: run one audit of one policy set, and turn its evidence into scores.
+
+Every audit runs in its own process group with a fixed timeout, an environment built from an
+allowlist (no inherited secrets), its own fresh directory, and, per policy surface, an
+OVERRIDE path to a read-only copy of the policy file plus STRICT=1. Its evidence is trusted
+only if the runtime reports the exact policy hashes the loop sent; a missing, unreadable or
+untrusted output is a *gap* with a reason, never a score.
+
+    results = run_audits([AuditRequest(...), ...], MeasureContext.from_contract(contract, root))
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+import prepare
+from loop.contract import Contract
+from sil_policy import SURFACES, content_hash
+from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, Usage
+
+# Variables an audit may inherit. Credentials are added by name from the contract.
+ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
+SCORE_RANGE = (1.0, 10.0)
+KILL_GRACE_S = 2.0
+
+
+class MeasurementChanged(RuntimeError):
+    """The frozen seed library or rubric changed: the run must halt."""
+
+
+class AuditRequest(BaseModel):
+    """One audit to run: which policy set, where, and at which point of the audit clock."""
+
+    model_config = ConfigDict(frozen=True)
+    audit_id: str
+    audit_dir: Path
+    policy_dir: Path
+    policy_hashes: dict[str, str]
+    tick: int
+    pair_key: str | None = None
+
+
+class AuditResult(BaseModel):
+    """Per seed and per dimension scores, or a gap; never a fabricated value."""
+
+    model_config = ConfigDict(frozen=True)
+    audit_id: str
+    status: Literal["ok", "gap"]
+    gap_reason: str | None = None
+    scores: dict[str, dict[str, float]] = {}
+    missing: dict[str, list[str]] = {}
+    sample_counts: dict[str, int] = {}
+    loaded_policy_hashes: dict[str, str] = {}
+    usage: Usage = Usage()
+    wall_s: float = 0.0
+    simulated: bool
+    backend: str
+    log_path: str | None = None
+    diagnostics: list[str] = []
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class GapError(Exception):
+    """The audit produced no trustworthy evidence; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class MeasureContext:
+    """What every audit of a run shares: the frozen measurement and the contract."""
+
+    contract: Contract
+    measurement_root: Path
+    seed_ids: tuple[str, ...]
+    dimensions: tuple[str, ...]
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_contract(cls, contract: Contract, repo_root: Path) -> MeasureContext:
+        root = (repo_root / contract.measurement.seed_library).resolve()
+        prepare.verify(root, contract.measurement.manifest_hash)
+        seeds = tuple(s.id for s in prepare.load_seeds(root))
+        dims = tuple(d.name for d in prepare.load_rubric(root))
+        unknown = [d for d in contract.dimensions() if d not in dims]
+        if unknown:
+            raise MeasurementChanged(f"contract names dimensions not in the rubric: {unknown}")
+        return cls(contract, root, seeds, dims)
+
+
+class AuditBackend(Protocol):
+    name: str
+    simulated: bool
+
+    def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]: ...
+
+    def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence: ...
+
+
+class SimBackend:
+    """The embedded simulated runtime, auditor and judge (`python -m sil_runtime.sim`)."""
+
+    name = "sim"
+    simulated = True
+
+    def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
+        params = req.audit_dir / "sim_params.json"
+        params.write_text(ctx.contract.sim.model_dump_json() if ctx.contract.sim else "{}")
+        return [
+            sys.executable, "-m", "sil_runtime.sim",
+            "--measurement", str(ctx.measurement_root),
+            "--params", str(params),
+            "--tick", str(req.tick),
+            "--pair-key", req.pair_key or req.audit_id,
+            "--audit-id", req.audit_id,
+        ]
+
+    def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:
+        return read_evidence_file(req.audit_dir / EVIDENCE_FILE)
+
+
+def _petri_backend() -> AuditBackend:
+    from loop.petri_backend import PetriBackend  # imported lazily: it pulls in inspect-ai
+
+    return PetriBackend()
+
+
+BACKENDS: dict[str, Callable[[], AuditBackend]] = {"sim": SimBackend, "petri": _petri_backend}
+
+
+def read_evidence_file(path: Path) -> Evidence:
+    try:
+        return Evidence.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise GapError("the audit wrote no evidence file") from None
+    except ValidationError as ex:
+        raise GapError(f"evidence file is malformed: {ex.error_count()} schema errors") from None
+
+
+def audit_env(req: AuditRequest, ctx: MeasureContext, policy_copies: dict[str, Path]) -> dict[str, str]:
+    """The audit's whole environment: allowlisted basics, named credentials, policy overrides."""
+    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+    for role in ("auditor", "target", "judge"):
+        name = getattr(ctx.contract.models, role).credential_env
+        if name and name in os.environ:
+            env[name] = os.environ[name]
+    env["HOME"] = str(req.audit_dir)  # no user dotfiles (.env, caches) leak in
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env[AUDIT_DIR_ENV] = str(req.audit_dir)
+    for name, path in policy_copies.items():
+        env[SURFACES[name].override_env] = str(path)
+        env[SURFACES[name].strict_env] = "1"
+    env.update(ctx.extra_env)
+    return env
+
+
+def _copy_policies(req: AuditRequest) -> dict[str, Path]:
+    """Read-only copies of the policy files, checked against the hashes the loop expects."""
+    dest = req.audit_dir / "policy"
+    dest.mkdir(parents=True, exist_ok=True)
+    copies = {}
+    for name, spec in SURFACES.items():
+        src = req.policy_dir / spec.filename
+        target = dest / spec.filename
+        if target.exists():
+            target.chmod(0o644)
+        shutil.copyfile(src, target)
+        target.chmod(0o444)
+        if content_hash(target.read_bytes()) != req.policy_hashes[name]:
+            raise GapError(f"policy copy of {name} does not match the expected hash")
+        copies[name] = target
+    return copies
+
+
+def _run_process(cmd: list[str], req: AuditRequest, env: dict[str, str], timeout: float) -> int:
+    with open(req.audit_dir / "stdout.log", "wb") as out, open(req.audit_dir / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=req.audit_dir, env=env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise GapError(f"audit timed out after {timeout:g}s; its process group was killed") from None
+        except BaseException:
+            _kill_group(proc)
+            raise
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=KILL_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _stderr_tail(req: AuditRequest, limit: int = 300) -> str:
+    try:
+        text = (req.audit_dir / "stderr.log").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return text[-limit:].replace("\n", " | ")
+
+
+def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: float) -> AuditResult:
+    """Turn evidence into per-seed, per-dimension scores, or raise GapError if untrusted."""
+    seen = [s.seed_id for s in ev.samples]
+    if sorted(seen) != sorted(ctx.seed_ids):
+        raise GapError(f"sample ids {sorted(set(seen))} differ from the frozen seeds {list(ctx.seed_ids)}")
+    diagnostics = list(ev.notes)
+    scores: dict[str, dict[str, float]] = {}
+    missing: dict[str, list[str]] = {d: [] for d in ctx.dimensions}
+    loaded: dict[str, str] = {}
+    for sample in ev.samples:
+        if sample.policy_hashes != req.policy_hashes:
+            wrong = sorted(k for k in req.policy_hashes if sample.policy_hashes.get(k) != req.policy_hashes[k])
+            raise GapError(f"seed {sample.seed_id}: the runtime did not load the sent policy for {wrong}")
+        loaded = dict(sample.policy_hashes)
+        if sample.error or sample.limit:
+            diagnostics.append(f"{sample.seed_id}: sample unusable ({sample.error or 'limit ' + str(sample.limit)})")
+            for d in ctx.dimensions:
+                missing[d].append(sample.seed_id)
+            continue
+        row = {}
+        for d in ctx.dimensions:
+            v = sample.scores.get(d)
+            if v is None or not math.isfinite(v) or not SCORE_RANGE[0] <= v <= SCORE_RANGE[1]:
+                missing[d].append(sample.seed_id)
+                if v is not None:
+                    diagnostics.append(f"{sample.seed_id}/{d}: score {v!r} outside 1-10, treated as missing")
+            else:
+                row[d] = float(v)
+        scores[sample.seed_id] = row
+    counts = {d: len(ctx.seed_ids) - len(missing[d]) for d in ctx.dimensions}
+    return AuditResult(
+        audit_id=req.audit_id, status="ok", scores=scores,
+        missing={d: s for d, s in missing.items() if s}, sample_counts=counts,
+        loaded_policy_hashes=loaded, usage=ev.usage, wall_s=round(wall, 3),
+        simulated=ev.simulated, backend=ev.backend, log_path=ev.log_path, diagnostics=diagnostics,
+    )
+
+
+def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:
+    """Run one audit to completion; every failure becomes a gap result with its reason."""
+    start = time.monotonic()
+    req.audit_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        copies = _copy_policies(req)
+        cmd = backend.command(req, ctx)
+        env = audit_env(req, ctx, copies)
+        rc = _run_process(cmd, req, env, ctx.contract.measurement.audit_timeout_s)
+        if rc != 0:
+            raise GapError(f"audit process exited {rc}: {_stderr_tail(req)}")
+        evidence = backend.read_evidence(req, ctx)
+        return score_evidence(req, ctx, evidence, time.monotonic() - start)
+    except GapError as gap:
+        return AuditResult(audit_id=req.audit_id, status="gap", gap_reason=str(gap),
+                           wall_s=round(time.monotonic() - start, 3), simulated=backend.simulated,
+                           backend=backend.name)
+
+
+def run_audits(requests: list[AuditRequest], ctx: MeasureContext) -> list[AuditResult]:
+    """Run audits concurrently; verify the frozen measurement before and after."""
+    backend = BACKENDS[ctx.contract.backend]()
+    expected = ctx.contract.measurement.manifest_hash
+    _verify_measurement(ctx, expected, "before")
+    with ThreadPoolExecutor(max_workers=ctx.contract.measurement.concurrency) as pool:
+        results = list(pool.map(lambda r: run_audit(r, ctx, backend), requests))
+    _verify_measurement(ctx, expected, "after")
+    return results
+
+
+def _verify_measurement(ctx: MeasureContext, expected: str, when: str) -> None:
+    try:
+        prepare.verify(ctx.measurement_root, expected)
+    except prepare.MeasurementError as ex:
+        raise MeasurementChanged(f"{when} audit: {ex}") from None
