@@ -130,6 +130,7 @@ class SimParams(_Strict):
     drift_loading: dict[str, float] = {}
     seed_difficulty_sd: float = 1.5
     batch_sd: float = 0.4
+    batch_dim_correlation: Annotated[float, Field(ge=0, le=1)] = 0.5
     noise_scale: float = 1.4
     noise_df: Annotated[float, Field(gt=2)] = 3.0
     drift_sd: Annotated[float, Field(ge=0)] = 0.7
@@ -141,6 +142,7 @@ class SimParams(_Strict):
     p_missing_dimension: Annotated[float, Field(ge=0, le=1)] = 0.03
     p_crash: Annotated[float, Field(ge=0, le=1)] = 0.01
     seconds_per_audit: Annotated[float, Field(ge=0)] = 0.0
+    landscape_target: str = "broken_tool_use"
 
 
 class Contract(_Strict):
