@@ -1,0 +1,135 @@
+"""One simulated audit, run as the audit subprocess of the `sim` backend.
+
+    python -m sil_runtime.sim --measurement DIR --params FILE --tick N --pair-key K --audit-id ID
+
+Loads all seven policies through the runtime's own loaders (OVERRIDE + STRICT from the
+environment, exactly like a real runtime), scores the frozen seeds with the seeded world and
+landscape, and writes `Evidence` (marked simulated) atomically to `$SIL_AUDIT_DIR/evidence.json`.
+Exit codes: 0 evidence written; 2 bad input or a STRICT policy that cannot load (no sample
+ran); 3 a simulated crash (deterministic per audit id, rate `p_crash`), which writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+import prepare
+from loop.contract import SimParams
+from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence
+from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
+from sil_runtime.sim.landscape import critical_dimensions, latent_field
+from sil_runtime.sim.world import World, keyed_rng
+
+RUNTIME = "sil_runtime.sim"
+EXIT_BAD_INPUT = 2
+EXIT_CRASH = 3
+SIMULATED_NOTE = ("simulated audit (sil_runtime.sim): scores come from a seeded generative model "
+                  "and a hidden landscape, not from any model; a test bed for the loop")
+
+
+class BadInput(Exception):
+    """The audit cannot start; the message says what to fix."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m sil_runtime.sim", description=__doc__.split("\n")[0])
+    ap.add_argument("--measurement", type=Path, required=True, help="frozen seed library + rubric")
+    ap.add_argument("--params", type=Path, required=True, help="JSON of the contract's sim section")
+    ap.add_argument("--tick", type=int, required=True, help="audit clock (drift time)")
+    ap.add_argument("--pair-key", required=True, help="shared by both arms of a paired round")
+    ap.add_argument("--audit-id", required=True, help="this audit's own key")
+    return ap.parse_args(argv)
+
+
+def read_params(path: Path) -> SimParams:
+    try:
+        return SimParams.model_validate_json(path.read_bytes())
+    except OSError as ex:
+        raise BadInput(f"cannot read sim params {path}: {ex.strerror}") from None
+    except ValidationError as ex:
+        raise BadInput(f"sim params {path} are invalid ({ex.error_count()} errors): "
+                       f"{ex.errors()[0]['loc']}: {ex.errors()[0]['msg']}") from None
+
+
+def crashes(params: SimParams, audit_id: str) -> bool:
+    return bool(keyed_rng(params.world_seed, "crash", audit_id).random() < params.p_crash)
+
+
+def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolicies) -> Evidence:
+    """Score every frozen seed on every rubric dimension for the loaded policy set."""
+    try:
+        seeds = prepare.load_seeds(args.measurement)
+        rubric = prepare.load_rubric(args.measurement)
+    except prepare.MeasurementError as ex:
+        raise BadInput(str(ex)) from None
+    dims = [d.name for d in rubric]
+    target = params.landscape_target
+    if target not in dims:
+        raise BadInput(f"sim.landscape_target {target!r} is not a rubric dimension: {dims}")
+    critical = critical_dimensions({d.name: d.tier for d in rubric}, target)
+    try:
+        world = World(params, dims, len(seeds))
+    except ValueError as ex:
+        raise BadInput(str(ex)) from None
+    theta = latent_field(policies.documents, dims, target, critical, len(seeds), params)
+    scores = world.audit(theta, args.tick, args.pair_key, args.audit_id)
+    samples = [
+        SampleEvidence(
+            seed_id=seed.id,
+            scores={d: (None if math.isnan(v) else float(v)) for d, v in zip(dims, row, strict=True)},
+            policy_hashes=dict(policies.hashes),
+        )
+        for seed, row in zip(seeds, scores, strict=True)
+    ]
+    dropped = [d for d, col in zip(dims, scores.T, strict=True) if np.isnan(col).all()]
+    notes = [SIMULATED_NOTE,
+             f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
+             f"landscape_seed {params.landscape_seed}", *policies.warnings]
+    if dropped:
+        notes.append(f"simulated judge returned no score for dimension(s) {dropped}")
+    return Evidence(backend="sim", simulated=True, runtime=RUNTIME, samples=samples, notes=notes)
+
+
+def write_evidence(evidence: Evidence, audit_dir: Path) -> Path:
+    """Write evidence.json atomically: readers see the whole file or none."""
+    path = audit_dir / EVIDENCE_FILE
+    tmp = audit_dir / (EVIDENCE_FILE + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(evidence.model_dump_json(indent=1))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        audit_dir = os.environ.get(AUDIT_DIR_ENV)
+        if not audit_dir:
+            raise BadInput(f"{AUDIT_DIR_ENV} is not set: the audit needs a directory for its evidence")
+        params = read_params(args.params)
+        policies = load_policies()
+        if params.seconds_per_audit > 0:
+            time.sleep(params.seconds_per_audit)
+        if crashes(params, args.audit_id):
+            print(f"simulated runtime crash in audit {args.audit_id} (p_crash={params.p_crash})",
+                  file=sys.stderr)
+            return EXIT_CRASH
+        write_evidence(simulate(args, params, policies), Path(audit_dir))
+    except (BadInput, PolicyLoadError) as ex:
+        print(f"sil_runtime.sim: {ex}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
