@@ -1,0 +1,286 @@
+"""Per-round paired statistics and the run's noise estimate (pure numpy, no I/O).
+
+A *round* audits the candidate and the current champion at the same time on the same frozen
+seeds. Its statistic, per dimension, is the mean over seeds scored in *both* arms of
+(candidate - champion); scores are 1-10 and lower is better, so a negative difference is an
+improvement. Drift and per-seed difficulty enter both arms alike and cancel.
+
+The noise of that statistic is a property of the measurement system, not of a candidate. The
+never arm runs as concurrent A/A pairs (same policy in both arms, true difference zero); those
+pairs plus the within-candidate residuals of past candidates pool into one between-round SD
+per dimension. The gate freezes a snapshot (`NoiseEstimate`) before each confirmation, so no
+candidate sets its own threshold.
+
+    champ = score_matrix(champion_scores, seed_ids, dims)     # [n_seeds, D], NaN = missing
+    cand = score_matrix(candidate_scores, seed_ids, dims)
+    r = paired_round(cand, champ, dims, min_coverage=0.7)      # RoundStat
+    pool.add_aa(paired_round(a1, a2, dims, 0.7)); noise = pool.estimate()
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+from scipy import stats
+
+# Scores are integers averaged over ~10 seeds: a dimension pinned at the floor in every A/A
+# pair gives a pooled SD of exactly 0, which would make any nonzero difference an infinite
+# statistic. The floor is far below any real between-round SD (0.6-0.9 points).
+MIN_SIGMA = 0.05
+
+
+def score_matrix(
+    scores: Mapping[str, Mapping[str, float | None]],
+    seed_ids: Sequence[str],
+    dims: Sequence[str],
+) -> np.ndarray:
+    """Per-seed, per-dimension scores of one audit as a [n_seeds, D] array; NaN = not scored.
+
+    `scores` maps seed id -> {dimension: score or None}. Seeds absent from `scores` and
+    dimensions absent or None are missing, never zero.
+    """
+    unknown = sorted(set(scores) - set(seed_ids))
+    if unknown:
+        raise ValueError(
+            f"scores for seeds outside the frozen seed set: {unknown}; "
+            "the audit ran a different seed library than the contract's"
+        )
+    out = np.full((len(seed_ids), len(dims)), np.nan)
+    for i, seed in enumerate(seed_ids):
+        row = scores.get(seed, {})
+        for k, dim in enumerate(dims):
+            value = row.get(dim)
+            if value is None:
+                continue
+            value = float(value)
+            if not math.isfinite(value):
+                continue
+            out[i, k] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RoundStat:
+    """One paired round, per dimension. None = not measured well enough to compare."""
+
+    diff: dict[str, float | None]  # mean over common seeds of (candidate - champion)
+    n_seeds: dict[str, int]  # seeds scored in both arms
+    se: dict[str, float | None]  # within-round paired SE (diagnostic: ignores batch effects)
+    level: dict[str, float | None] = field(default_factory=dict)  # champion mean, same seeds
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RoundStat:
+        return cls(
+            diff=dict(data["diff"]),
+            n_seeds=dict(data["n_seeds"]),
+            se=dict(data["se"]),
+            level=dict(data.get("level", {})),
+        )
+
+
+def paired_round(
+    candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str], min_coverage: float
+) -> RoundStat:
+    """Paired round statistic from two concurrent audits' score matrices.
+
+    A dimension with fewer than `min_coverage * n_seeds` seeds scored in both arms gets
+    diff None: it is unknown for this round, not zero.
+    """
+    candidate = np.asarray(candidate, dtype=float)
+    champion = np.asarray(champion, dtype=float)
+    if candidate.shape != champion.shape or candidate.ndim != 2:
+        raise ValueError(
+            f"score matrices must both be [n_seeds, D]; got {candidate.shape} and {champion.shape}"
+        )
+    if candidate.shape[1] != len(dims):
+        raise ValueError(f"score matrices have {candidate.shape[1]} columns for {len(dims)} dims")
+    if not 0 < min_coverage <= 1:
+        raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
+    n_total = candidate.shape[0]
+    need = max(1, math.ceil(min_coverage * n_total - 1e-9))
+    both = ~np.isnan(candidate) & ~np.isnan(champion)
+    diff: dict[str, float | None] = {}
+    n_seeds: dict[str, int] = {}
+    se: dict[str, float | None] = {}
+    level: dict[str, float | None] = {}
+    for k, dim in enumerate(dims):
+        mask = both[:, k]
+        n = int(mask.sum())
+        n_seeds[dim] = n
+        if n < need:
+            diff[dim] = se[dim] = level[dim] = None
+            continue
+        d = candidate[mask, k] - champion[mask, k]
+        diff[dim] = float(d.mean())
+        level[dim] = float(champion[mask, k].mean())
+        se[dim] = float(d.std(ddof=1) / math.sqrt(n)) if n >= 2 else None
+    return RoundStat(diff=diff, n_seeds=n_seeds, se=se, level=level)
+
+
+class NoiseEstimate(BaseModel):
+    """Frozen snapshot of the between-round SD of the paired statistic, per dimension.
+
+    `drift` is the never arm's own movement: mean champion-arm level over the later half of
+    the A/A pairs minus the earlier half (points; positive = scores rose with no change).
+    `aa_mean` is the mean A/A difference, which should be near 0 (arm symmetry check).
+    `batch_share` is 1 - mean(within-round se^2) / sigma^2: the part of the round variance
+    that seed-level SEs cannot see.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    sigma: dict[str, float]
+    df: dict[str, int]
+    n_pairs: int
+    n_candidates: int = 0
+    drift: dict[str, float] = {}
+    aa_mean: dict[str, float] = {}
+    batch_share: dict[str, float] = {}
+    corr: dict[str, dict[str, float]] = {}
+
+    def composite(self, weights: Mapping[str, float]) -> tuple[float, int] | None:
+        """SD and df of sum_d w_d X_d, or None if a dimension has no estimate."""
+        dims = list(weights)
+        if not dims or any(d not in self.sigma for d in dims):
+            return None
+        w = np.array([weights[d] * self.sigma[d] for d in dims])
+        cov = np.eye(len(dims))
+        for i, a in enumerate(dims):
+            for j, b in enumerate(dims):
+                if i != j:
+                    cov[i, j] = self.corr.get(a, {}).get(b, 0.0)
+        var = float(w @ cov @ w)
+        return max(math.sqrt(max(var, 0.0)), MIN_SIGMA), min(self.df[d] for d in dims)
+
+
+def _pair_key(a: str, b: str) -> str:
+    return f"{a}|{b}" if a < b else f"{b}|{a}"
+
+
+class NoisePool(BaseModel):
+    """Running sums behind `NoiseEstimate`; serialise with model_dump / model_validate."""
+
+    ss: dict[str, float] = {}
+    df: dict[str, int] = {}
+    cross: dict[str, float] = {}  # "a|b" -> sum of paired products, for composite legs
+    cross_n: dict[str, int] = {}
+    aa_sum: dict[str, float] = {}
+    aa_n: dict[str, int] = {}
+    aa_levels: dict[str, list[float]] = {}
+    se2_sum: dict[str, float] = {}
+    se2_n: dict[str, int] = {}
+    n_pairs: int = 0
+    n_candidates: int = 0
+
+    def add_aa(self, r: RoundStat) -> None:
+        """An A/A pair: both arms the same policy, so each difference is pure noise."""
+        self.n_pairs += 1
+        present = {d: v for d, v in r.diff.items() if v is not None}
+        self._accumulate(present)
+        for dim, x in present.items():
+            self.aa_sum[dim] = self.aa_sum.get(dim, 0.0) + x
+            self.aa_n[dim] = self.aa_n.get(dim, 0) + 1
+            level = r.level.get(dim)
+            if level is not None:
+                self.aa_levels.setdefault(dim, []).append(level)
+        self._add_se(r)
+
+    def add_candidate(self, rounds: Sequence[RoundStat]) -> None:
+        """All rounds of one finished candidate (screen included): residuals about its mean."""
+        self.n_candidates += 1
+        dims = {d for r in rounds for d, v in r.diff.items() if v is not None}
+        means = {}
+        for dim in dims:
+            xs = [r.diff[dim] for r in rounds if r.diff.get(dim) is not None]
+            if len(xs) >= 2:
+                means[dim] = sum(xs) / len(xs)
+        for dim in means:
+            self.df[dim] = self.df.get(dim, 0) - 1  # one df spent on the candidate's mean
+        for r in rounds:
+            present = {d: r.diff[d] - m for d, m in means.items() if r.diff.get(d) is not None}
+            self._accumulate(present)
+            self._add_se(r)
+
+    def _accumulate(self, x: Mapping[str, float]) -> None:
+        for dim, v in x.items():
+            self.ss[dim] = self.ss.get(dim, 0.0) + v * v
+            self.df[dim] = self.df.get(dim, 0) + 1
+        keys = sorted(x)
+        for i, a in enumerate(keys):
+            for b in keys[i + 1 :]:
+                key = _pair_key(a, b)
+                self.cross[key] = self.cross.get(key, 0.0) + x[a] * x[b]
+                self.cross_n[key] = self.cross_n.get(key, 0) + 1
+
+    def _add_se(self, r: RoundStat) -> None:
+        for dim, s in r.se.items():
+            if s is not None and r.diff.get(dim) is not None:
+                self.se2_sum[dim] = self.se2_sum.get(dim, 0.0) + s * s
+                self.se2_n[dim] = self.se2_n.get(dim, 0) + 1
+
+    def estimate(self) -> NoiseEstimate:
+        sigma = {
+            d: max(math.sqrt(self.ss[d] / df), MIN_SIGMA) for d, df in self.df.items() if df >= 1
+        }
+        df = {d: self.df[d] for d in sigma}
+        corr: dict[str, dict[str, float]] = {}
+        for key, total in self.cross.items():
+            a, b = key.split("|")
+            n = self.cross_n[key]
+            if a in sigma and b in sigma and n >= 2:
+                rho = float(np.clip(total / n / (sigma[a] * sigma[b]), -1.0, 1.0))
+                corr.setdefault(a, {})[b] = rho
+                corr.setdefault(b, {})[a] = rho
+        batch = {
+            d: 1.0 - (self.se2_sum[d] / self.se2_n[d]) / sigma[d] ** 2
+            for d in sigma
+            if self.se2_n.get(d)
+        }
+        return NoiseEstimate(
+            sigma=sigma,
+            df=df,
+            n_pairs=self.n_pairs,
+            n_candidates=self.n_candidates,
+            drift={d: _half_difference(v) for d, v in self.aa_levels.items() if len(v) >= 2},
+            aa_mean={d: self.aa_sum[d] / n for d, n in self.aa_n.items() if n},
+            batch_share=batch,
+            corr=corr,
+        )
+
+
+def _half_difference(levels: Sequence[float]) -> float:
+    half = len(levels) // 2
+    return float(np.mean(levels[half:]) - np.mean(levels[:half]))
+
+
+def interval(
+    rounds: Sequence[RoundStat],
+    dim: str,
+    level: float = 0.9,
+    noise: NoiseEstimate | None = None,
+) -> tuple[float, float, float] | None:
+    """Two-sided t-interval (mean, low, high) for a dimension's paired difference.
+
+    With `noise`, the pooled SD and its df are used (tighter, and defined from one round);
+    otherwise the rounds' own between-round SD (needs two rounds). None if not estimable.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    xs = np.array([r.diff[dim] for r in rounds if r.diff.get(dim) is not None], dtype=float)
+    n = len(xs)
+    if noise is not None and dim in noise.sigma and n >= 1:
+        sd, df = noise.sigma[dim], noise.df[dim]
+    elif n >= 2:
+        sd, df = float(xs.std(ddof=1)), n - 1
+    else:
+        return None
+    mean = float(xs.mean())
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
