@@ -1,0 +1,25 @@
+"""Shared fixtures: a throw-away copy of the repository's contract, measurement and policies."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A minimal project tree (program.md, measurement/, state/policies/) in a temp dir."""
+    shutil.copy(REPO / "program.md", tmp_path / "program.md")
+    shutil.copytree(REPO / "measurement", tmp_path / "measurement")
+    shutil.copytree(REPO / "state" / "policies", tmp_path / "state" / "policies")
+    return tmp_path
+
+
+def edit_contract(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in contract"
+    path.write_text(text.replace(old, new, 1))
