@@ -24,6 +24,7 @@ It is a test bed for the loop's plumbing and statistics, not a claim about any m
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -148,7 +149,9 @@ class World:
     def expected_score_at(self, latent: np.ndarray) -> np.ndarray:
         """E[Y | latent location m] for an array of m (drift 0)."""
         if self._ey_table is None:
-            self._ey_table = _expected_score_table(self.params)
+            p = self.params
+            self._ey_table = _expected_score_table(
+                p.batch_sd, p.noise_scale, p.noise_df, p.pair_correlation)
         return np.interp(latent, _LATENT_GRID, self._ey_table)
 
 
@@ -158,16 +161,17 @@ def _scaled_t_density(x: np.ndarray, scale: float, df: float) -> np.ndarray:
     return np.exp(c - (df + 1) / 2 * np.log1p(z * z / df)) / scale
 
 
-def _noise_cdf(params: SimParams) -> tuple[np.ndarray, np.ndarray]:
+def _noise_cdf(batch_sd: float, noise_scale: float, noise_df: float,
+               pair_correlation: float) -> tuple[np.ndarray, np.ndarray]:
     """CDF of the total audit noise b_k + eps on a grid (the pair-correlated mix included)."""
     x = np.arange(-_NOISE_HALF_WIDTH, _NOISE_HALF_WIDTH + _NOISE_STEP / 2, _NOISE_STEP)
     parts = []
-    if params.batch_sd > 0:
-        parts.append(np.exp(-0.5 * (x / params.batch_sd) ** 2))
-    r = params.pair_correlation
+    if batch_sd > 0:
+        parts.append(np.exp(-0.5 * (x / batch_sd) ** 2))
+    r = pair_correlation
     for weight in (math.sqrt(r), math.sqrt(1.0 - r)):
         if weight > 0:
-            parts.append(_scaled_t_density(x, weight * params.noise_scale, params.noise_df))
+            parts.append(_scaled_t_density(x, weight * noise_scale, noise_df))
     n_fft = 1 << int(math.ceil(math.log2(len(x) * len(parts))))
     spectrum = np.ones(n_fft // 2 + 1, dtype=complex)
     for dens in parts:
@@ -180,11 +184,16 @@ def _noise_cdf(params: SimParams) -> tuple[np.ndarray, np.ndarray]:
     return x, cdf
 
 
-def _expected_score_table(params: SimParams) -> np.ndarray:
-    x, cdf = _noise_cdf(params)
+@functools.lru_cache(maxsize=16)
+def _expected_score_table(batch_sd: float, noise_scale: float, noise_df: float,
+                          pair_correlation: float) -> np.ndarray:
+    """E[Y | m] on _LATENT_GRID; depends only on the noise parameters, so shared by worlds."""
+    x, cdf = _noise_cdf(batch_sd, noise_scale, noise_df, pair_correlation)
     thresholds = np.arange(1, 10) + 0.5  # Y >= j + 1  <=>  eta >= j + 0.5
     below = np.interp(thresholds[None, :] - _LATENT_GRID[:, None], x, cdf, left=0.0, right=1.0)
-    return 1.0 + (1.0 - below).sum(axis=1)
+    table = 1.0 + (1.0 - below).sum(axis=1)
+    table.flags.writeable = False  # shared between worlds through the cache
+    return table
 
 
 # -------------------------------------------------------------------- candidate effects
