@@ -48,7 +48,7 @@ def edited_wrapper(text: str) -> dict:
     return {**doc, "sections": {**doc["sections"], "tool_errors": text}}
 
 
-def run_sim(tmp: Path, policy_dir: Path | None, audit_id: str = "a1", **param_updates):
+def run_sim(tmp: Path, policy_dir: Path | None, audit_id: str = "a1", tick: int = 4, **param_updates):
     """Run `python -m sil_runtime.sim` the way measure.py does: allowlisted env, OVERRIDE+STRICT."""
     audit_dir = tmp / audit_id
     audit_dir.mkdir(parents=True)
@@ -60,7 +60,7 @@ def run_sim(tmp: Path, policy_dir: Path | None, audit_id: str = "a1", **param_up
             env[spec.override_env] = str(policy_dir / spec.filename)
         env[spec.strict_env] = "1"
     cmd = [sys.executable, "-m", "sil_runtime.sim", "--measurement", str(prepare.MEASUREMENT_DIR),
-           "--params", str(params), "--tick", "4", "--pair-key", "round-1", "--audit-id", audit_id]
+           "--params", str(params), "--tick", str(tick), "--pair-key", "round-1", "--audit-id", audit_id]
     proc = subprocess.run(cmd, cwd=audit_dir, env=env, capture_output=True, text=True, timeout=60)
     return proc, audit_dir / EVIDENCE_FILE
 
@@ -113,6 +113,8 @@ def test_bad_params_are_a_clear_error(tmp_path):
     write_policies(tmp_path / "pol")
     proc, path = run_sim(tmp_path, tmp_path / "pol", intercepts={"broken_tool_use": 2.0})
     assert proc.returncode == 2 and "intercepts" in proc.stderr and not path.exists()
+    proc, path = run_sim(tmp_path, tmp_path / "pol", audit_id="a2", tick=-1)
+    assert proc.returncode == 2 and "--tick" in proc.stderr and not path.exists()
 
 
 def test_measure_runs_sim_audits_end_to_end(tmp_path):

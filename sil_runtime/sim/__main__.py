@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         audit_dir = os.environ.get(AUDIT_DIR_ENV)
         if not audit_dir:
             raise BadInput(f"{AUDIT_DIR_ENV} is not set: the audit needs a directory for its evidence")
+        if args.tick < 0:
+            raise BadInput(f"--tick must be >= 0 (the audit clock), got {args.tick}")
         params = read_params(args.params)
         policies = load_policies()
         if params.seconds_per_audit > 0:
