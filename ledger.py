@@ -3,7 +3,12 @@
 Each record carries `seq`, the previous record's hash (`prev`) and its own `hash` (SHA-256
 of the canonical record without `hash`). Appends take an exclusive lock, repair a torn last
 line left by a crash (kept aside as `<ledger>.torn-<n>` and recorded), write the whole line
-with one `write()`, and `fsync`. An fsync error stops the caller: it is never retried.
+with one `write()`, and `fsync`. A failed write or fsync raises `LedgerError` and leaves the
+`Ledger` refusing every later append: after a failed fsync the kernel may have dropped the
+data, so a retry that "succeeds" could hide a lost record.
+
+Verification alone detects edits, deletions, reordering and duplicates of any record but the
+last; truncation and a recomputed chain need an anchor held elsewhere (`loop/checkpoint.py`).
 
     led = Ledger(Path("state/runs/r1/ledger.jsonl"))
     led.append("stop", {"reason": "budget"}, run_id="r1")
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +28,8 @@ from typing import Any
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
+
+from loop.fsutil import atomic_write_bytes
 
 GENESIS = "0" * 64
 RECORD_TYPES = frozenset(
@@ -32,6 +40,7 @@ RECORD_TYPES = frozenset(
     }
 )
 _TAIL_CHUNK = 65536
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class LedgerError(RuntimeError):
@@ -52,11 +61,16 @@ class Record(BaseModel):
 
 
 class VerifyReport(BaseModel):
+    """Outcome of `sil ledger verify`: `size` is the byte length of the complete lines."""
+
     model_config = ConfigDict(frozen=True)
     ok: bool
     records: int
     head_hash: str
     errors: list[str]
+    size: int = 0
+    checkpoints: int = 0
+    notes: list[str] = []
 
 
 def canonical(obj: Any) -> bytes:
@@ -69,10 +83,27 @@ def record_hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical({k: v for k, v in fields.items() if k != "hash"})).hexdigest()
 
 
+def check_run_id(run_id: str) -> str:
+    """Run ids name directories and git refs: letters, digits, '.', '_', '-' only."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or ".." in run_id \
+            or run_id.endswith((".", ".lock")):
+        raise LedgerError(
+            f"run id {run_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..' or a trailing '.'/'.lock'"
+        )
+    return run_id
+
+
 def _payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(payload, BaseModel):
-        return payload.model_dump(mode="json")
-    return json.loads(canonical(payload))
+    try:
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json")
+        body = json.loads(canonical(payload))
+    except (TypeError, ValueError) as ex:
+        raise LedgerError(f"record payload is not plain finite JSON: {ex}") from None
+    if not isinstance(body, dict):
+        raise LedgerError("record payload must be a JSON object")
+    return body
 
 
 class Ledger:
@@ -82,35 +113,51 @@ class Ledger:
         self.path = Path(path)
         self.offline = offline
         self.simulated = simulated
-        self._lock = FileLock(str(self.path) + ".lock")
+        self._lock = ledger_lock(self.path)
+        self._failed: str | None = None
 
     def append(self, type_: str, payload: BaseModel | dict[str, Any], *, run_id: str) -> Record:
+        """Append one record; return it only once it is on disk (written and fsynced)."""
+        if self._failed:
+            raise LedgerError(f"ledger {self.path} stopped after an earlier failure ({self._failed}); "
+                              "not retrying. Run `sil ledger verify` before resuming.")
         if type_ not in RECORD_TYPES:
             raise LedgerError(f"unknown record type {type_!r}")
+        check_run_id(run_id)
         body = _payload(payload)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            created = not self.path.exists()
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                last = self._repair_and_read_last(fd, run_id)
-                fields = {
-                    "seq": 0 if last is None else last.seq + 1,
-                    "prev": GENESIS if last is None else last.hash,
-                    "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                    "run_id": run_id,
-                    "type": type_,
-                    "offline": self.offline,
-                    "simulated": self.simulated,
-                    "payload": body,
-                }
-                record = Record(**fields, hash=record_hash(fields))
-                _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
-            finally:
-                os.close(fd)
-            if created:
-                _fsync_dir(self.path.parent)
+        try:
+            with self._lock:
+                return self._append_locked(type_, body, run_id)
+        except LedgerError as ex:
+            self._failed = str(ex)
+            raise
+
+    def _append_locked(self, type_: str, body: dict[str, Any], run_id: str) -> Record:
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            last = self._repair_and_read_last(fd, run_id)
+            record = self._make(last, type_, body, run_id)
+            _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_dir(self.path.parent)
         return record
+
+    def _make(self, last: Record | None, type_: str, body: dict[str, Any], run_id: str) -> Record:
+        fields = {
+            "seq": 0 if last is None else last.seq + 1,
+            "prev": GENESIS if last is None else last.hash,
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "run_id": run_id,
+            "type": type_,
+            "offline": self.offline,
+            "simulated": self.simulated,
+            "payload": body,
+        }
+        return Record(**fields, hash=record_hash(fields))
 
     def _repair_and_read_last(self, fd: int, run_id: str) -> Record | None:
         """Return the last complete record, cutting a torn tail first if there is one."""
@@ -118,27 +165,24 @@ class Ledger:
         if size == 0:
             return None
         end = _last_newline_end(fd, size)
-        if end < size:
-            torn = os.pread(fd, size - end, end)
-            aside = self._aside_path()
-            aside.write_bytes(torn)
+        if end == size:
+            return _parse_last(fd, end)
+        torn = os.pread(fd, size - end, end)
+        aside = self._aside_path()
+        try:
+            atomic_write_bytes(aside, torn)
+        except OSError as ex:
+            raise LedgerError(f"cannot keep the torn tail aside at {aside}: {ex}") from ex
+        try:
             os.ftruncate(fd, end)
-            _fsync(fd)
-            last = _parse_last(fd, end)
-            fields = {
-                "seq": 0 if last is None else last.seq + 1,
-                "prev": GENESIS if last is None else last.hash,
-                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                "run_id": run_id,
-                "type": "recovery",
-                "offline": self.offline,
-                "simulated": self.simulated,
-                "payload": {"torn_tail_bytes": len(torn), "kept_at": aside.name},
-            }
-            record = Record(**fields, hash=record_hash(fields))
-            _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
-            return record
-        return _parse_last(fd, end)
+        except OSError as ex:
+            raise LedgerError(f"cannot cut the torn tail of {self.path}: {ex}") from ex
+        _fsync(fd)
+        body = {"torn_tail_bytes": len(torn), "kept_at": aside.name,
+                "torn_tail_sha256": hashlib.sha256(torn).hexdigest()}
+        record = self._make(_parse_last(fd, end), "recovery", body, run_id)
+        _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
+        return record
 
     def _aside_path(self) -> Path:
         n = 0
@@ -147,14 +191,36 @@ class Ledger:
         return p
 
 
+def ledger_lock(path: Path) -> FileLock:
+    """The lock every writer (and a consistent reader) of this ledger takes."""
+    return FileLock(str(path) + ".lock", fallback_to_soft=False)
+
+
+def read_snapshot(path: Path) -> bytes:
+    """The ledger's bytes as of one instant, read under the writers' lock."""
+    with ledger_lock(Path(path)):
+        return Path(path).read_bytes()
+
+
 def _write_line(fd: int, line: bytes) -> None:
+    """One write() of the whole line, then fsync; a partial write is cut before raising."""
+    start = os.fstat(fd).st_size
     try:
         written = os.write(fd, line)
     except OSError as ex:
+        _cut(fd, start)
         raise LedgerError(f"ledger write failed: {ex}") from ex
     if written != len(line):
+        _cut(fd, start)
         raise LedgerError(f"short ledger write ({written} of {len(line)} bytes)")
     _fsync(fd)
+
+
+def _cut(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass  # the next append sees a torn tail and repairs it
 
 
 def _fsync(fd: int) -> None:
@@ -165,7 +231,7 @@ def _fsync(fd: int) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         _fsync(fd)
     finally:
@@ -197,8 +263,11 @@ def _parse_last(fd: int, end: int) -> Record | None:
 
 
 def read_records(path: Path) -> Iterator[Record]:
+    """Every complete record in order; a torn last line (no newline yet) is not yielded."""
     with open(path, "rb") as fh:
         for n, line in enumerate(fh):
+            if not line.endswith(b"\n"):
+                return
             try:
                 yield Record.model_validate_json(line)
             except ValueError as ex:
@@ -207,17 +276,24 @@ def read_records(path: Path) -> Iterator[Record]:
 
 def verify_file(path: Path) -> VerifyReport:
     """Check every line: canonical form, hash, sequence and chain."""
-    errors: list[str] = []
-    prev, count, head = GENESIS, 0, GENESIS
     try:
         data = Path(path).read_bytes()
     except OSError as ex:
         return VerifyReport(ok=False, records=0, head_hash=GENESIS, errors=[f"cannot read: {ex}"])
+    return verify_bytes(data)
+
+
+def verify_bytes(data: bytes) -> VerifyReport:
+    """`verify_file` on bytes already read (e.g. a snapshot taken under the lock)."""
+    errors: list[str] = []
+    prev, count, head = GENESIS, 0, GENESIS
     lines = data.split(b"\n")
+    complete = len(data)
     if lines and lines[-1] == b"":
         lines.pop()
     elif lines:
         errors.append(f"line {len(lines)}: torn tail (no final newline)")
+        complete -= len(lines.pop())
     for n, line in enumerate(lines):
         where = f"line {n + 1}"
         try:
@@ -230,9 +306,11 @@ def verify_file(path: Path) -> VerifyReport:
             errors.append(f"{where}: not in canonical form (edited?)")
         if record_hash(fields) != rec.hash:
             errors.append(f"{where}: hash does not match content (edited)")
+        if rec.type not in RECORD_TYPES:
+            errors.append(f"{where}: unknown record type {rec.type!r}")
         if rec.seq != n:
             errors.append(f"{where}: seq {rec.seq}, expected {n} (deleted, duplicated or reordered)")
         if rec.prev != prev:
             errors.append(f"{where}: prev does not match the record before (chain broken)")
         prev, head, count = rec.hash, rec.hash, count + 1
-    return VerifyReport(ok=not errors, records=count, head_hash=head, errors=errors)
+    return VerifyReport(ok=not errors, records=count, head_hash=head, errors=errors, size=complete)
