@@ -1,0 +1,257 @@
+"""The mutator: proposes one candidate policy change per round, as a typed Mutation.
+
+Proposers are looked up by the contract's mutator model name (`PROPOSERS`). The offline
+proposer `offline/catalogue` draws real edits from `loop/catalogue.yaml`: seeded by the rng
+the loop passes in, reproducible, never repeating an edit already tried in the run and never
+proposing one that would change nothing. An LLM-driven proposer plugs into the same
+`Proposer` protocol in a later issue.
+
+    proposer = make_proposer(loaded_contract)
+    mutation = proposer.propose(champion_docs, tried, rng, index, run_seed)   # None: exhausted
+    tried.add(mutation.edit_key)
+
+Every proposal goes through `parse_mutation`, exactly as an LLM's JSON would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence, Set
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from loop.contract import Contract
+from loop.mutation import (
+    Mutation,
+    MutationError,
+    apply_mutation,
+    mutation_id_for,
+    parse_mutation,
+    value_at,
+    value_hash,
+)
+
+CATALOGUE_PATH = Path(__file__).resolve().with_name("catalogue.yaml")
+OFFLINE_CATALOGUE = "offline/catalogue"
+# An edit whose expected effect names one of the contract's target dimensions is drawn this
+# many times more often than one that does not: the programme says what to work on.
+TARGET_WEIGHT = 3.0
+
+
+class ProposerError(ValueError):
+    """No proposer for the contract's mutator model, or a catalogue that does not load."""
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(
+        self,
+        champion: dict[str, dict],
+        tried: Set[tuple[str, str, str]],
+        rng: np.random.Generator,
+        index: int,
+        run_seed: int,
+    ) -> Mutation | None: ...
+
+
+# --- catalogue -------------------------------------------------------------------------------
+
+
+class CatalogueEdit(BaseModel):
+    """One plausible policy edit; `op` builds the value from the champion's current one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
+    surface: str
+    path: str
+    op: Literal["set", "append", "remove"] = "set"
+    value: str | bool | list[str]
+    requires: dict[str, str | bool | list[str]] = {}
+    hypothesis: str
+    evidence: list[str]
+    expected_effect: dict[str, float]
+    rollback: str
+
+    @model_validator(mode="after")
+    def _op_fits_value(self) -> CatalogueEdit:
+        if self.op == "remove" and not isinstance(self.value, list):
+            raise ValueError("op 'remove' needs a list of items to remove")
+        if self.op == "append" and isinstance(self.value, bool):
+            raise ValueError("op 'append' needs text or a list of items to append")
+        return self
+
+    def resolve(self, document: dict[str, Any]) -> Any:
+        """The value this edit would set in `document`."""
+        current = value_at(document, self.path)
+        if self.op == "set" or current is None:
+            return self.value
+        if self.op == "remove":
+            return [item for item in current if item not in self.value]
+        if isinstance(current, list) and isinstance(self.value, list):
+            return current + [item for item in self.value if item not in current]
+        if isinstance(current, str) and isinstance(self.value, str):
+            if self.value in current:
+                return current
+            return f"{current.rstrip()} {self.value}".strip()
+        raise ProposerError(
+            f"catalogue edit {self.id}: cannot append a {type(self.value).__name__} to the "
+            f"{type(current).__name__} at {self.surface}.{self.path}"
+        )
+
+    def applies_to(self, document: dict[str, Any]) -> bool:
+        return all(value_at(document, path) == want for path, want in self.requires.items())
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """Safe YAML that refuses a key given twice in one mapping."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict:
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise ProposerError(f"catalogue repeats the key {key!r} near line {node.start_mark.line + 1}")
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_catalogue(path: Path = CATALOGUE_PATH) -> list[CatalogueEdit]:
+    """Read and validate the catalogue; ids must be unique."""
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeys)  # noqa: S506
+    except (OSError, yaml.YAMLError) as ex:
+        raise ProposerError(f"cannot read catalogue {path}: {ex}") from None
+    if not isinstance(data, list) or not data:
+        raise ProposerError(f"catalogue {path} must be a non-empty list of edits")
+    edits = []
+    for i, entry in enumerate(data):
+        try:
+            edits.append(CatalogueEdit.model_validate(entry))
+        except ValidationError as ex:
+            where = entry.get("id", f"#{i}") if isinstance(entry, dict) else f"#{i}"
+            raise ProposerError(f"catalogue edit {where} is invalid:\n{ex}") from None
+    ids = [e.id for e in edits]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ProposerError(f"catalogue edit ids are not unique: {', '.join(repeated)}")
+    return edits
+
+
+# --- the offline proposer --------------------------------------------------------------------
+
+
+class CatalogueProposer:
+    """Draws one eligible catalogue edit per round, weighted toward the target dimensions."""
+
+    name = OFFLINE_CATALOGUE
+
+    def __init__(
+        self,
+        allowed_surfaces: Sequence[str],
+        target_dimensions: Sequence[str] = (),
+        catalogue: Sequence[CatalogueEdit] | None = None,
+    ) -> None:
+        self.allowed_surfaces = list(allowed_surfaces)
+        self.target_dimensions = frozenset(target_dimensions)
+        self.catalogue = list(catalogue) if catalogue is not None else load_catalogue()
+
+    def mutation_for(
+        self, edit: CatalogueEdit, champion: dict[str, dict], index: int, run_seed: int
+    ) -> Mutation:
+        """The parsed Mutation for one edit against the champion (may still be a no-op)."""
+        value = edit.resolve(champion[edit.surface])
+        raw = {
+            "mutation_id": mutation_id_for(run_seed, index, edit.surface, edit.path, value),
+            "surface": edit.surface,
+            "path": edit.path,
+            "value": value,
+            "hypothesis": edit.hypothesis,
+            "evidence": edit.evidence,
+            "expected_effect": edit.expected_effect,
+            "rollback_condition": edit.rollback,
+            "proposer": f"{self.name}:{edit.id}",
+        }
+        return parse_mutation(raw, self.allowed_surfaces)
+
+    def eligible(
+        self, champion: dict[str, dict], tried: Set[tuple[str, str, str]], index: int, run_seed: int
+    ) -> list[tuple[CatalogueEdit, Mutation]]:
+        """Edits that are allowed, whose preconditions hold, untried, and change something."""
+        out = []
+        for edit in self.catalogue:
+            if edit.surface not in self.allowed_surfaces or edit.surface not in champion:
+                continue
+            document = champion[edit.surface]
+            if not edit.applies_to(document):
+                continue
+            value = edit.resolve(document)
+            if value == value_at(document, edit.path):
+                continue
+            if (edit.surface, edit.path, value_hash(value)) in tried:
+                continue
+            mutation = self.mutation_for(edit, champion, index, run_seed)
+            try:
+                apply_mutation(mutation, champion, self.allowed_surfaces)
+            except MutationError:
+                continue  # e.g. a list already at its size limit in an evolved champion
+            out.append((edit, mutation))
+        return out
+
+    def propose(
+        self,
+        champion: dict[str, dict],
+        tried: Set[tuple[str, str, str]],
+        rng: np.random.Generator,
+        index: int,
+        run_seed: int,
+    ) -> Mutation | None:
+        candidates = self.eligible(champion, tried, index, run_seed)
+        if not candidates:
+            return None
+        weights = np.array(
+            [
+                TARGET_WEIGHT if self.target_dimensions & edit.expected_effect.keys() else 1.0
+                for edit, _ in candidates
+            ]
+        )
+        pick = int(rng.choice(len(candidates), p=weights / weights.sum()))
+        return candidates[pick][1]
+
+
+# --- registry --------------------------------------------------------------------------------
+
+
+def _catalogue_proposer(contract: Contract) -> Proposer:
+    return CatalogueProposer(
+        allowed_surfaces=contract.search_space.surfaces,
+        target_dimensions=contract.promotion.target_dimensions,
+    )
+
+
+PROPOSERS: dict[str, Callable[[Contract], Proposer]] = {OFFLINE_CATALOGUE: _catalogue_proposer}
+
+
+def make_proposer(contract: Any) -> Proposer:
+    """The proposer named by the contract's mutator model (a Contract or a LoadedContract)."""
+    contract = getattr(contract, "contract", contract)
+    if not isinstance(contract, Contract):
+        raise ProposerError(f"make_proposer needs a Contract, not {type(contract).__name__}")
+    model = contract.models.mutator.model
+    factory = PROPOSERS.get(model)
+    if factory is not None:
+        return factory(contract)
+    if model.startswith("offline/"):
+        raise ProposerError(
+            f"unknown offline proposer {model!r}; available: {', '.join(sorted(PROPOSERS))}"
+        )
+    raise ProposerError(
+        f"LLM proposer not available yet: the contract's mutator model is {model!r}. Set "
+        f"models.mutator.model to {OFFLINE_CATALOGUE!r} to use the offline catalogue proposer."
+    )
