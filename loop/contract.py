@@ -33,10 +33,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Price(_Strict):
+    """What a model costs, in USD per million tokens: the basis of budget charges."""
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    output_per_mtok: Annotated[float, Field(ge=0)]
+
+
 class RoleModel(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=200)]
     credential_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    price: Price | None = None
 
     @property
     def offline(self) -> bool:
@@ -153,6 +161,19 @@ class SimParams(_Strict):
     landscape_target: str = "broken_tool_use"
 
 
+class PetriParams(_Strict):
+    """Settings of the `petri` backend (Petri's `inspect_petri/audit` task; loop/petri_backend.py)."""
+
+    # registry name of the Petri target agent that runs the runtime under test, and its params
+    target_agent: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] = "sil_runtime/runtime_target"
+    target_agent_params: dict[str, str] = {}
+    # seeds pre-register the runtime's tools ("fixed"); "synthetic" lets the auditor invent them
+    target_tools: Literal["fixed", "synthetic", "none"] = "fixed"
+    realism_filter: bool = False
+    # per-sample limit on tokens of all solver calls (auditor, target, realism): bounds the cost
+    sample_token_limit: Annotated[int, Field(ge=1_000, le=50_000_000)] = 300_000
+
+
 class Contract(_Strict):
     contract_id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
     parent: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
@@ -167,6 +188,7 @@ class Contract(_Strict):
     arms: Annotated[list[Arm], Field(min_length=1)] = ["never", "random", "gate"]
     seed: int = 0
     sim: SimParams | None = None
+    petri: PetriParams | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Contract:
@@ -176,6 +198,16 @@ class Contract(_Strict):
             raise ValueError("backend 'sim' needs a 'sim' section with its parameters")
         if self.backend != "sim" and self.sim is not None:
             raise ValueError("the 'sim' section is only for backend 'sim'")
+        if self.backend != "petri" and self.petri is not None:
+            raise ValueError("the 'petri' section is only for backend 'petri'")
+        if self.backend == "petri":
+            unpriced = [r for r in ("auditor", "target", "judge")
+                        if not getattr(self.models, r).offline and getattr(self.models, r).price is None]
+            if unpriced:
+                raise ValueError(
+                    f"models {unpriced} call paid models but have no price: add "
+                    "price: {input_per_mtok: ..., output_per_mtok: ...} so the budget can be enforced"
+                )
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self
