@@ -131,6 +131,24 @@ def find_principals(signature: str, allowed_signers: Path) -> list[str]:
     return [line.strip() for line in proc.stdout.decode().splitlines() if line.strip()]
 
 
+def fingerprint(key_path: Path) -> str:
+    """`SHA256:...` fingerprint of a key (private or public), as `ssh-keygen -l` prints it."""
+    proc = _run(["-l", "-E", "sha256", "-f", str(key_path)], b"")
+    fields = proc.stdout.decode().split()
+    if proc.returncode != 0 or len(fields) < 2:
+        raise SignatureError(f"cannot read key {key_path}: {_message(proc)}")
+    return fields[1]
+
+
+def resolve_allowed_signers(explicit: Path | None, default: Path) -> Path | None:
+    """The allowed_signers file to trust: explicit, else $SIL_ALLOWED_SIGNERS, else `default`."""
+    if explicit is not None:
+        return Path(explicit)
+    if os.environ.get(ALLOWED_SIGNERS_ENV):
+        return Path(os.environ[ALLOWED_SIGNERS_ENV]).expanduser()
+    return default if default.is_file() else None
+
+
 def generate_key(path: Path, comment: str) -> Path:
     """Create an ed25519 key pair without passphrase (tests, demos); return the private key."""
     path = Path(path)
