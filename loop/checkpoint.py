@@ -10,8 +10,9 @@ checks the ledger against every checkpoint: a record covered by one cannot be re
 rewritten without the mismatch showing. Unsigned checkpoints are still anchored, and the
 report says that anyone able to rewrite git refs could replace them.
 
-    cp = write_checkpoint(run_dir / "ledger.jsonl", repo_dir, Signer.from_env())
-    report = verify_against_checkpoints(run_dir / "ledger.jsonl", repo_dir, allowed_signers)
+    repo = anchor_repo(root)     # the project's git repo, else state/anchors.git
+    cp = write_checkpoint(run_dir / "ledger.jsonl", repo, Signer.from_env())
+    report = verify_run_ledger(run_dir / "ledger.jsonl", root)      # sil ledger verify
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ledger import GENESIS, Record, VerifyReport, check_run_id, read_snapshot, verify_bytes
-from loop.sshsig import SignatureError, Signer, sign, verify
+from loop.sshsig import SignatureError, Signer, resolve_allowed_signers, sign, verify
 
 NAMESPACE = "sil-ledger"
+BARE_REPO = Path("state") / "anchors.git"
+ALLOWED_SIGNERS_DEFAULT = Path("state") / "allowed_signers"
 REF_PREFIX = "refs/sil"
 NOTE_FILE = "checkpoint"
 META_FILE = "checkpoint.json"
@@ -64,6 +67,61 @@ class Checkpoint(BaseModel):
 
     def note(self) -> bytes:
         return f"{NAMESPACE}/{self.run_id}\n{self.records}\n{self.size}\n{self.head_hash}\n".encode()
+
+
+def anchor_repo(root: Path, *, create: bool = True) -> Path | None:
+    """Where checkpoints live: the project's own git repo, else a tool-owned bare repo.
+
+    Refs under `refs/sil/` in the project repo can be pushed to a protected remote, which
+    then witnesses the ledger; the bare repo is the fallback for projects without git.
+    """
+    root = Path(root)
+    if _is_git_repo(root):
+        return root
+    bare = root / BARE_REPO
+    if not bare.exists():
+        if not create:
+            return None
+        bare.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True, capture_output=True,
+                       env=_git_env(), timeout=GIT_TIMEOUT_S)
+    return bare
+
+
+def verify_run_ledger(ledger_path: Path, root: Path, allowed_signers: Path | None = None,
+                      *, require_signed: bool = False) -> VerifyReport:
+    """`sil ledger verify`: the chain, every checkpoint, and signatures when there are any.
+
+    Signatures are checked against `allowed_signers` (else $SIL_ALLOWED_SIGNERS, else
+    state/allowed_signers) as soon as one checkpoint is signed, or always with
+    `require_signed`; then an unsigned checkpoint is an error, not a note.
+    """
+    repo = anchor_repo(root, create=False)
+    if repo is None:
+        report = verify_bytes(read_snapshot(ledger_path) if Path(ledger_path).exists() else b"")
+        return report.model_copy(update={"notes": [
+            "no checkpoint repository: truncation and a recomputed chain cannot be detected"]})
+    trusted = resolve_allowed_signers(allowed_signers, Path(root) / ALLOWED_SIGNERS_DEFAULT)
+    if not require_signed:
+        if not any(cp.signature for cp in read_checkpoints(repo, _run_id_of(ledger_path))):
+            trusted = None
+    elif trusted is None:
+        report = verify_against_checkpoints(ledger_path, repo, None)
+        return report.model_copy(update={"ok": False, "errors": [
+            *report.errors, "signed checkpoints required but no allowed_signers file found"]})
+    return verify_against_checkpoints(ledger_path, repo, trusted)
+
+
+def _is_git_repo(path: Path) -> bool:
+    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--git-dir"], capture_output=True,
+                          env=_git_env(), timeout=GIT_TIMEOUT_S, check=False)
+    return proc.returncode == 0
+
+
+def _git_env() -> dict[str, str]:
+    """The caller's environment without GIT_* variables (a hook's GIT_DIR must not leak in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return {**env, **GIT_IDENTITY}
 
 
 def checkpoint_ref(run_id: str) -> str:
@@ -115,7 +173,7 @@ def verify_against_checkpoints(ledger_path: Path, repo_dir: Path, allowed_signer
     """`verify_file` plus every checkpoint: truncation, rewrites, and signatures if given."""
     data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
     base = verify_bytes(data)
-    run_id = run_id or _first_run_id(data, fallback=Path(ledger_path).parent.name)
+    run_id = run_id or _run_id_of(ledger_path, data)
     checkpoints = read_checkpoints(repo_dir, run_id)
     errors = list(base.errors) + _compare(data, checkpoints)
     notes: list[str] = []
@@ -129,6 +187,13 @@ def verify_against_checkpoints(ledger_path: Path, repo_dir: Path, allowed_signer
         notes.append(UNSIGNED_NOTE)
     return base.model_copy(update={"ok": not errors, "errors": errors,
                                    "checkpoints": len(checkpoints), "notes": notes})
+
+
+def _run_id_of(ledger_path: Path, data: bytes | None = None) -> str:
+    """The run id in the ledger's first record, else the run directory's name."""
+    if data is None:
+        data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+    return _first_run_id(data, fallback=Path(ledger_path).parent.name)
 
 
 def _first_run_id(data: bytes, fallback: str | None = None) -> str:
@@ -193,8 +258,7 @@ class _Git:
 
     def __init__(self, repo_dir: Path) -> None:
         self.repo = Path(repo_dir)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        self.env = {**env, **GIT_IDENTITY}
+        self.env = _git_env()
         if self.run("rev-parse", "--git-dir").returncode != 0:
             raise CheckpointError(f"{self.repo} is not a git repository: checkpoints are "
                                   "stored as git refs; run `git init` there or pick the repo")

@@ -219,3 +219,36 @@ def test_git_environment_of_the_caller_is_ignored(tmp_path: Path, repo: Path, mo
         write_checkpoint(path, repo, None)
     assert user_state(repo) == before
     assert cpmod.read_checkpoints(repo, "r1")[0].records == 1
+
+
+def test_anchor_repo_is_the_project_repo_or_a_bare_fallback(tmp_path: Path, repo: Path) -> None:
+    assert cpmod.anchor_repo(repo) == repo
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert cpmod.anchor_repo(plain, create=False) is None
+    bare = cpmod.anchor_repo(plain)
+    assert bare == plain / "state" / "anchors.git"
+    assert git(bare, "rev-parse", "--is-bare-repository") == "true"
+
+
+def test_verify_run_ledger(tmp_path: Path, keys, monkeypatch) -> None:
+    """`sil ledger verify` on a project without git: chain only, then the bare fallback."""
+    monkeypatch.delenv("SIL_ALLOWED_SIGNERS", raising=False)
+    root = tmp_path / "project"
+    path, led = _ledger(root / "state", 3)
+    report = cpmod.verify_run_ledger(path, root)
+    assert report.ok and "no checkpoint repository" in report.notes[0]
+    write_checkpoint(path, cpmod.anchor_repo(root), None)
+    assert cpmod.verify_run_ledger(path, root).ok
+    strict = cpmod.verify_run_ledger(path, root, require_signed=True)
+    assert not strict.ok and "no allowed_signers" in strict.errors[-1]
+    led.append("verdict", {}, run_id="r1")
+    write_checkpoint(path, cpmod.anchor_repo(root), keys["alice"])
+    unchecked = cpmod.verify_run_ledger(path, root)
+    assert unchecked.ok and any("not checked" in n for n in unchecked.notes)
+    # once a checkpoint is signed, the default allowed_signers file is used and enforced
+    (root / "state" / "allowed_signers").write_text(keys["allowed"].read_text())
+    mixed = cpmod.verify_run_ledger(path, root)
+    assert not mixed.ok and "checkpoint 1 (seq 2) is unsigned" in mixed.errors[0]
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:3]))
+    assert not cpmod.verify_run_ledger(path, root).ok
