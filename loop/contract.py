@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,12 @@ from sil_policy import SURFACES
 Backend = Literal["sim", "petri"]
 Arm = Literal["never", "random", "gate"]
 OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/")
+
+
+MAX_FRONT_MATTER = 65_536  # characters; a contract is a page of settings, not a data file
+# Controls, format characters (zero-width, bidi overrides), surrogates, private use, unassigned:
+# they let the text an approver reviews differ from what the loop reads.
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
 
 
 class ContractError(ValueError):
@@ -274,17 +281,49 @@ def split_front_matter(text: str) -> tuple[str, str]:
 
 def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     front, prose = split_front_matter(text)
+    if len(front) > MAX_FRONT_MATTER:
+        raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")
     try:
         data = yaml.load(front, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+    except ContractError:
+        raise
     except yaml.YAMLError as ex:
         raise ContractError(f"{path}: front matter is not valid YAML: {ex}") from None
+    except RecursionError:
+        raise ContractError(f"{path}: front matter is nested too deeply") from None
+    except ValueError as ex:  # e.g. an integer with thousands of digits
+        raise ContractError(f"{path}: front matter has a value that cannot be read: {ex}") from None
     if not isinstance(data, dict):
         raise ContractError(f"{path}: front matter must be a mapping of contract fields")
+    hidden = _hidden_character(data)
+    if hidden:
+        raise ContractError(f"{path}: {hidden}")
     try:
         contract = Contract.model_validate(data)
     except ValidationError as ex:
         raise ContractError(f"{path}: invalid contract:\n{format_errors(ex)}") from None
     return LoadedContract(contract=contract, programme=prose.strip(), path=path)
+
+
+def _hidden_character(node: Any, where: str = "(contract)") -> str | None:
+    """The first key or text holding a character a reviewer cannot see, described."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}" if where != "(contract)" else str(key)
+            found = _hidden_character(key, here) or _hidden_character(value, here)
+            if found:
+                return found
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            found = _hidden_character(item, f"{where}[{i}]")
+            if found:
+                return found
+    elif isinstance(node, str):
+        for ch in node:
+            if unicodedata.category(ch) in _HIDDEN_CATEGORIES and ch not in "\n\t":
+                return (f"{where} contains invisible, control or bidirectional character "
+                        f"U+{ord(ch):04X}; remove it so the approver reviews what the loop reads")
+    return None
 
 
 def load_contract(path: Path) -> LoadedContract:

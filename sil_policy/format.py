@@ -44,7 +44,8 @@ class PolicyError(ValueError):
 
 def _check_text(value: str) -> str:
     for ch in value:
-        if ch in _FORBIDDEN_CHARS:
+        # Cf also covers tag characters (U+E0000 block), invisible text a model still reads.
+        if ch in _FORBIDDEN_CHARS or unicodedata.category(ch) in ("Cf", "Co", "Cs", "Cn"):
             raise ValueError(
                 f"contains invisible or bidirectional-override character U+{ord(ch):04X}; "
                 "remove it so reviewers see exactly what the runtime reads"
