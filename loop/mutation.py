@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import (
@@ -58,6 +58,7 @@ MAX_EFFECT = 9.0  # a 1-10 scale cannot move further
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _HYPER_COMPACT = {k.replace("_", ""): k for k in HYPERPARAMETER_KEYS}
+_MAX_KEY_WORDS = max(len(k.split("_")) for k in HYPERPARAMETER_KEYS)
 # Unicode categories that hide or corrupt text: controls, format (zero-width, bidi, tag
 # characters), surrogates, private use, unassigned.
 _BAD_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
@@ -99,9 +100,9 @@ def _validate_value(value: Any) -> str | bool | list[str]:
         return value
     if isinstance(value, str):
         texts = [value]
+    elif isinstance(value, list) and len(value) > MAX_ITEMS:
+        raise ValueError(f"value is a list of {len(value)} items; at most {MAX_ITEMS}")
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        if len(value) > MAX_ITEMS:
-            raise ValueError(f"value is a list of {len(value)} items; at most {MAX_ITEMS}")
         texts = value
     else:
         raise ValueError(
@@ -126,35 +127,36 @@ _ROLE = (
     r"|red[- ]?teamer|monitor)s?"
 )
 _SCORED = r"(?:scored|judged|graded|evaluated|audited|rated|assessed|monitored)"
+# Rules see lower-case text with single spaces, so " " in a pattern is one whitespace run.
 _LINT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (message, re.compile(pattern))
     for message, pattern in (
-        ("addresses an evaluator directly", rf"\b{_ROLE}\s*[:>]"),
-        ("addresses an evaluator directly", rf"(?:^|[.!?;\n]\s*){_ROLE}\s*,"),
+        ("addresses an evaluator directly", rf"\b{_ROLE} ?[:>]"),
+        ("addresses an evaluator directly", rf"(?:^|[.!?;] ?){_ROLE} ?,"),
         ("addresses an evaluator directly",
-         rf"\b(?:dear|hey|hi|hello|attention|note\s+(?:to|for))\s+(?:the\s+|any\s+)?"
-         rf"(?:ai\s+)?{_ROLE}\b"),
-        ("asks for a score", r"\b(?:score|grade)\s+(?:this|it|me|us|the\s+\w+)\b"),
+         rf"\b(?:dear|hey|hi|hello|attention|note (?:to|for)) (?:the |any )?"
+         rf"(?:ai )?{_ROLE}\b"),
+        ("asks for a score", r"\b(?:score|grade) (?:this|it|me|us|the \w+)\b"),
         ("asks for a score",
-         r"\brate\s+(?:this|the)\s+(?:response|reply|answer|transcript|conversation|target"
+         r"\brate (?:this|the) (?:response|reply|answer|transcript|conversation|target"
          r"|assistant|agent|model)\b"),
         ("asks for a score",
-         r"\b(?:give|assign|award)\s+(?:this|it|me|us|the\s+\w+)?\s*(?:an?\s+)?"
-         r"(?:\d+|high|low|perfect|top|full|good|better|best|minimum|maximum)?\s*"
+         r"\b(?:give|assign|award) (?:this|it|me|us|the \w+)? ?(?:an? )?"
+         r"(?:\d+|high|low|perfect|top|full|good|better|best|minimum|maximum)? ?"
          r"(?:score|rating|grade|marks?)\b"),
-        ("states a score", r"\b(?:score|rating|grade)\s*(?:of|=|:|is)?\s*\d+(?:\.\d+)?\b"),
-        ("states a score", r"\b\d+(?:\.\d+)?\s*(?:/|out\s+of)\s*10\b"),
+        ("states a score", r"\b(?:score|rating|grade) ?(?:of|=|:|is)? ?\d+(?:\.\d+)?\b"),
+        ("states a score", r"\b\d+(?:\.\d+)? ?(?:/|out of) ?10\b"),
         ("talks about being evaluated",
-         rf"\b(?:this|the)\s+(?:conversation|transcript|chat|session|interaction|response"
-         rf"|reply|answer)\s+(?:is|will\s+be|may\s+be|is\s+being|gets)\s+{_SCORED}\b"),
+         rf"\b(?:this|the) (?:conversation|transcript|chat|session|interaction|response"
+         rf"|reply|answer) (?:is|will be|may be|is being|gets) {_SCORED}\b"),
         ("talks about being evaluated",
-         r"\byou\s+are\s+(?:being\s+|now\s+)?(?:tested|evaluated|audited|scored|judged"
+         r"\byou are (?:being |now )?(?:tested|evaluated|audited|scored|judged"
          r"|graded|monitored)\b"),
-        ("talks about being evaluated", r"\b(?:this\s+is|in)\s+an?\s+(?:test|evaluation|eval|audit)\b"),
+        ("talks about being evaluated", r"\b(?:this is|in) an? (?:test|evaluation|eval|audit)\b"),
         ("names the measurement apparatus", r"\b(?:rubric|petri|inspect[-_ ]?ai)\b"),
         ("tries to override instructions",
-         r"\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?"
-         r"(?:previous|prior|above|earlier|system|original)\s+"
+         r"\b(?:ignore|disregard|forget) (?:all |any )?(?:the |your )?"
+         r"(?:previous|prior|above|earlier|system|original) "
          r"(?:instructions|guidance|rules|prompts?|messages?)\b"),
     )
 )
@@ -181,6 +183,8 @@ def lint_text(text: str) -> list[str]:
             break
     visible = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     normal = unicodedata.normalize("NFKC", visible).lower().translate(_CONFUSABLES)
+    # One space per whitespace run (a line break ends a sentence) keeps every rule linear.
+    normal = re.sub(r"\s+", " ", re.sub(r"\s*\n\s*", ". ", normal))
     for message, pattern in _LINT_RULES:
         match = pattern.search(normal)
         if match:
@@ -203,7 +207,7 @@ def _hyperparameter_key(name: str) -> str | None:
     """The hyperparameter key `name` is or contains as a word run (snake, kebab or camel)."""
     words = [w.lower() for w in _WORD.findall(name)]
     for i in range(len(words)):
-        for j in range(i + 1, len(words) + 1):
+        for j in range(i + 1, min(i + _MAX_KEY_WORDS, len(words)) + 1):
             hit = _HYPER_COMPACT.get("".join(words[i:j]))
             if hit:
                 return hit
@@ -220,17 +224,19 @@ def _hyperparameter_error(what: str, key: str) -> MutationError:
 
 def _allowed(allowed_surfaces: Sequence[str]) -> frozenset[str]:
     """The contract's surfaces, intersected with the seven: extra names never widen them."""
-    if isinstance(allowed_surfaces, (str, bytes)) or not isinstance(allowed_surfaces, Sequence):
+    if isinstance(allowed_surfaces, (str, bytes, Mapping)) or not isinstance(
+        allowed_surfaces, Collection
+    ):
         raise MutationError(
             "allowed_surfaces must be a list of surface names (the contract's "
-            "search_space.surfaces), not a single string"
+            f"search_space.surfaces), not a {type(allowed_surfaces).__name__}"
         )
     return frozenset(s for s in allowed_surfaces if isinstance(s, str)) & SURFACES.keys()
 
 
 def _check_surface(surface: Any, allowed: frozenset[str]) -> str:
-    if not isinstance(surface, str) or not surface:
-        raise MutationError(f"surface must be a non-empty string, got {surface!r}")
+    if not isinstance(surface, str) or not 0 < len(surface) <= 64:
+        raise MutationError(f"surface must be a surface name, got {str(surface)[:80]!r}")
     key = _hyperparameter_key(surface)
     if key:
         raise _hyperparameter_error(f"surface {surface[:80]!r}", key)
@@ -248,7 +254,7 @@ def _check_surface(surface: Any, allowed: frozenset[str]) -> str:
 
 def _check_path(path: Any) -> list[str]:
     if not isinstance(path, str) or not path:
-        raise MutationError(f"path must be a non-empty dotted path, got {path!r}")
+        raise MutationError(f"path must be a non-empty dotted path, got {str(path)[:80]!r}")
     segments = path.split(".")
     if len(segments) > MAX_PATH_DEPTH:
         raise MutationError(
@@ -448,7 +454,8 @@ def _set_path(document: dict[str, Any], segments: list[str], value: Any) -> None
             raise MutationError(_missing_parent(".".join(segments), depth))
         node = node[segment]
     if not isinstance(node, dict):
-        raise MutationError(f"path {'.'.join(segments)!r} goes inside a value that is not a mapping")
+        where = ".".join(segments)
+        raise MutationError(f"path {where!r} goes inside a value that is not a mapping")
     node[segments[-1]] = copy.deepcopy(value)
 
 

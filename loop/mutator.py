@@ -115,7 +115,8 @@ def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = Fa
     keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
     for key in keys:
         if keys.count(key) > 1:
-            raise ProposerError(f"catalogue repeats the key {key!r} near line {node.start_mark.line + 1}")
+            line = node.start_mark.line + 1
+            raise ProposerError(f"catalogue repeats the key {key!r} in the mapping at line {line}")
     return loader.construct_mapping(node, deep=deep)
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from loop.mutation import (
@@ -18,6 +22,7 @@ from loop.mutation import (
     mutation_id_for,
     parse_mutation,
     value_at,
+    value_hash,
 )
 from sil_policy import SURFACES, load_surface
 
@@ -82,7 +87,8 @@ def test_new_wrapper_section_can_be_added(defaults):
                                   value="Call tools only through the tool interface."), ALL)
     new = apply_mutation(mutation, defaults, ALL)
     assert new["sections"]["tool_call_format"].startswith("Call tools")
-    assert set(new["sections"]) == set(defaults["wrapper_prompt"]["sections"]) | {"tool_call_format"}
+    before = set(defaults["wrapper_prompt"]["sections"])
+    assert set(new["sections"]) == before | {"tool_call_format"}
 
 
 def test_edit_key_identifies_surface_path_and_value():
@@ -183,6 +189,7 @@ def test_unknown_surface_is_rejected_with_the_seven_listed():
 def test_allowed_surfaces_must_be_a_list_not_a_string():
     # "reflection" in "reflection_x" would otherwise pass as a substring test.
     assert "list of surface names" in rejected(raw(), allowed="reflection")
+    assert parse_mutation(raw(), {"reflection"}).surface == "reflection"
 
 
 @pytest.mark.parametrize(
@@ -252,7 +259,8 @@ def test_nan_in_a_dict_is_rejected():
 
 
 def test_effect_outside_the_scale_is_rejected():
-    assert "expected_effect.broken_tool_use" in rejected(raw(expected_effect={"broken_tool_use": 12}))
+    message = rejected(raw(expected_effect={"broken_tool_use": 12}))
+    assert "expected_effect.broken_tool_use" in message
 
 
 def test_huge_and_deep_inputs_fail_cleanly():
@@ -267,7 +275,8 @@ def test_non_object_or_broken_json_is_rejected(text):
 
 
 def test_over_long_value_and_lists_are_rejected():
-    assert "at most" in rejected(raw(surface="wrapper_prompt", path="sections.role", value="x" * 4001))
+    too_long = raw(surface="wrapper_prompt", path="sections.role", value="x" * 4001)
+    assert "at most" in rejected(too_long)
     assert "at most" in rejected(raw(surface="tool_policy", path="allowed_tools",
                                      value=[f"t{i}" for i in range(65)]))
 
@@ -355,7 +364,62 @@ def test_mutation_ids_are_deterministic_and_distinct():
 
 
 def test_value_at_reads_and_reports_missing(defaults):
-    assert value_at(defaults["agent_contracts"], "agents.support.tools") == ["lookup_order", "search_docs"]
+    tools = value_at(defaults["agent_contracts"], "agents.support.tools")
+    assert tools == ["lookup_order", "search_docs"]
     assert value_at(defaults["wrapper_prompt"], "sections.absent") is None
     with pytest.raises(MutationError, match="does not exist"):
         value_at(defaults["agent_contracts"], "agents.ghost.tools")
+
+
+def test_value_hash_matches_the_loops_ledger_hash():
+    # train.py rebuilds the tried set from ledger rows hashed with ledger.canonical.
+    from ledger import canonical
+
+    for value in ("Ünïcode text", True, ["a", "b"], []):
+        assert value_hash(value) == hashlib.sha256(canonical(value)).hexdigest()[:16]
+
+
+# --- fuzz: bad input yields MutationError and nothing else ------------------------------------
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30))
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=12), inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.one_of(st.text(max_size=200), st.binary(max_size=200), _json.map(json.dumps)))
+def test_arbitrary_text_never_escapes_as_another_error(data):
+    try:
+        parse_mutation(data, ALL)
+    except MutationError:
+        pass
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(sorted(raw())), junk=_json)
+def test_any_field_replaced_by_junk_parses_or_fails_cleanly(field, junk, defaults):
+    try:
+        mutation = parse_mutation(raw(**{field: junk}), ALL)
+        apply_mutation(mutation, defaults, ALL)
+    except MutationError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "text", ["give" + " " * 3990 + "x", "give \t\n" * 1300, "judge" + " " * 3990]
+)
+def test_lint_stays_fast_on_adversarial_whitespace(text):
+    start = time.perf_counter()
+    lint_text(text)
+    assert time.perf_counter() - start < 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=300))
+def test_lint_accepts_any_text(text):
+    assert all(isinstance(finding, str) for finding in lint_text(text))

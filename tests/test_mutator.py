@@ -51,7 +51,8 @@ def with_requirements(edit: CatalogueEdit, docs: dict[str, dict]) -> dict[str, d
     for path, value in edit.requires.items():
         pre = parse_mutation(
             {"mutation_id": "000000000000", "surface": edit.surface, "path": path, "value": value,
-             "hypothesis": "precondition", "evidence": ["test"], "expected_effect": {"concerning": 0},
+             "hypothesis": "precondition", "evidence": ["test"],
+             "expected_effect": {"concerning": 0.0},
              "rollback_condition": "n/a", "proposer": "test"},
             ALL,
         )
@@ -72,7 +73,8 @@ def test_catalogue_is_realistic_in_size_and_covers_all_surfaces():
 def test_catalogue_edit_rests_on_real_seeds_and_dimensions(edit):
     for item in edit.evidence:
         kind, _, name = item.partition(":")
-        assert (kind, name in {"seed": SEEDS, "dim": DIMENSIONS}.get(kind, ())) == (kind, True), item
+        known = {"seed": SEEDS, "dim": DIMENSIONS}.get(kind, set())
+        assert name in known, f"evidence {item!r} names no seed or rubric dimension"
     assert any(item.startswith("seed:") for item in edit.evidence)
     assert set(edit.expected_effect) <= DIMENSIONS
     assert any(v != 0 for v in edit.expected_effect.values())
@@ -104,7 +106,9 @@ def test_load_catalogue_refuses_duplicate_keys_and_ids(tmp_path):
     with pytest.raises(ProposerError, match="repeats the key 'op'"):
         load_catalogue(dup_key)
     dup_id = tmp_path / "dup_id.yaml"
-    dup_id.write_text(text.replace("id: wrapper-tool-call-channel", "id: wrapper-tool-error-honesty"))
+    dup_id.write_text(
+        text.replace("id: wrapper-tool-call-channel", "id: wrapper-tool-error-honesty")
+    )
     with pytest.raises(ProposerError, match="not unique"):
         load_catalogue(dup_id)
     extra = tmp_path / "extra.yaml"
@@ -170,14 +174,16 @@ def test_append_builds_on_the_current_champion(defaults):
 def test_edit_already_in_place_is_skipped(defaults):
     edit = next(e for e in CATALOGUE if e.id == "reflect-enable")
     on = {**defaults, "reflection": {**defaults["reflection"], "enabled": True}}
-    assert CatalogueProposer(ALL, catalogue=[edit]).propose(on, set(), np.random.default_rng(0), 0, 1) is None
+    proposer = CatalogueProposer(ALL, catalogue=[edit])
+    assert proposer.propose(on, set(), np.random.default_rng(0), 0, 1) is None
 
 
 def test_target_dimensions_weight_the_draw(defaults):
     def share(targets) -> float:
         hits = 0
         for seed in range(200):
-            m = CatalogueProposer(ALL, targets).propose(defaults, set(), np.random.default_rng(seed), 0, seed)
+            rng = np.random.default_rng(seed)
+            m = CatalogueProposer(ALL, targets).propose(defaults, set(), rng, 0, seed)
             hits += "overrefusal" in m.expected_effect
         return hits / 200
 
