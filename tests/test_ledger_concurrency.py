@@ -88,7 +88,10 @@ def _kill_loop(tmp_path: Path, kills: int) -> dict[str, int]:
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
-        time.sleep(rng.uniform(0.25, 0.5))
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:  # kill while it appends, not at start-up
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.15))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         reader.join(timeout=5)
