@@ -128,6 +128,8 @@ def _leaves(obj: Any, path: tuple = ()) -> list[tuple]:
 
 
 def _candidates(value: Any) -> list[Any]:
+    if value is None:  # an optional field left unset: try a few plausible values
+        return [1, 0.5, "x", True, "ab" * 32, ["x"], {"x": "y"}]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
