@@ -1,0 +1,188 @@
+"""The `sil` command: run experiments, approve contracts, review and verify the ledger.
+
+    sil run                       # the contract in ./program.md (embedded sim backend: ~1 min)
+    sil approve --by alice        # approve ./program.md for runs with real model calls
+    sil ledger verify [RUN]       # check the hash chain (and checkpoints)
+    sil ledger show [RUN] [--json]
+    sil replicate RUN MUTATION_ID --k 8
+    sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+import ledger as ledger_mod
+from loop.contract import ContractError, LoadedContract, load_contract
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False)
+ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+app.add_typer(ledger_app, name="ledger", help="Review and verify a run's ledger.")
+err = Console(stderr=True)
+out = Console()
+
+RUNS = Path("state/runs")
+POLICIES = Path("state/policies")
+EXIT_HALTED = 3
+EXIT_REFUSED = 2
+
+ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="Run contract (Markdown + YAML front matter).")]
+
+
+def _fail(message: str, code: int = EXIT_REFUSED) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _load(path: Path) -> LoadedContract:
+    try:
+        return load_contract(path)
+    except ContractError as ex:
+        _fail(str(ex))
+
+
+def _run_dir(root: Path, run: str | None) -> Path:
+    runs = root / RUNS
+    if run is None:
+        candidates = sorted(runs.glob("*/ledger.jsonl"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            _fail(f"no runs under {runs}; start one with `sil run`")
+        return candidates[-1].parent
+    if "/" in run or run.startswith("."):
+        _fail(f"run id {run!r} must be a plain name (see `ls {runs}`)")
+    path = runs / run
+    if not path.is_dir():
+        _fail(f"no run {run!r} under {runs}")
+    return path
+
+
+@app.command()
+def run(
+    contract: ContractOpt = Path("program.md"),
+    run_id: Annotated[Optional[str], typer.Option(help="Name of the run (default: from the contract).")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Start a fresh run even if one exists.")] = False,
+    replicate: Annotated[Optional[int], typer.Option("--replicate", min=1, max=64,
+                         help="Confirmation rounds K per candidate (default: the contract's replicate_k).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and price the run; make no model calls.")] = False,
+) -> None:
+    """Run (or resume) the fixed-budget experiment of a run contract."""
+    from loop.session import plan_run, start_run
+
+    loaded = _load(contract)
+    root = contract.resolve().parent
+    if dry_run:
+        out.print(plan_run(loaded, root, replicate))
+        return
+    rid = run_id or f"{loaded.contract.contract_id}-{loaded.contract.contract_hash[:8]}"
+    if new:
+        rid = f"{rid}-{time.strftime('%Y%m%d-%H%M%S')}"
+    code = start_run(loaded, root, rid, replicate, out, err)
+    raise typer.Exit(code)
+
+
+@app.command()
+def approve(
+    by: Annotated[str, typer.Option("--by", help="Who approves (recorded).")],
+    contract: ContractOpt = Path("program.md"),
+    expires_in_hours: Annotated[float, typer.Option(min=0.1, max=24 * 90)] = 72.0,
+    key: Annotated[Optional[Path], typer.Option(help="SSH private key to sign the approval.")] = None,
+) -> None:
+    """Approve a contract and its frozen measurement for runs with real model calls."""
+    from loop.approval import ApprovalError, approve as do_approve
+
+    loaded = _load(contract)
+    try:
+        record = do_approve(loaded.contract, contract.resolve().parent, by, expires_in_hours, key)
+    except ApprovalError as ex:
+        _fail(str(ex))
+    out.print(f"approved contract {record.contract_hash[:12]} (measurement {record.measurement_hash[:12]}) "
+              f"by {record.approver} until {record.expires_at}")
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    run: Annotated[Optional[str], typer.Argument(help="Run id (default: the latest run).")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Check the whole hash chain of a run's ledger (and its checkpoints, if any)."""
+    from loop.checkpoint import verify_run_ledger
+
+    root = Path.cwd()
+    rdir = _run_dir(root, run)
+    report = verify_run_ledger(rdir / "ledger.jsonl", root)
+    if as_json:
+        out.print_json(report.model_dump_json())
+    elif report.ok:
+        out.print(f"ok: {report.records} records, head {report.head_hash[:16]}")
+    else:
+        err.print(f"[bold red]ledger does not verify[/] ({report.records} records):")
+        for e in report.errors:
+            err.print(f"  {e}")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@ledger_app.command("show")
+def ledger_show(
+    run: Annotated[Optional[str], typer.Argument(help="Run id (default: the latest run).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON record per line.")] = False,
+    type_: Annotated[Optional[str], typer.Option("--type", help="Only records of this type.")] = None,
+) -> None:
+    """Print a run's ledger readably."""
+    from loop.review import describe
+
+    rdir = _run_dir(Path.cwd(), run)
+    try:
+        for rec in ledger_mod.read_records(rdir / "ledger.jsonl"):
+            if type_ and rec.type != type_:
+                continue
+            if as_json:
+                sys.stdout.write(rec.model_dump_json() + "\n")
+            else:
+                out.print(f"[dim]{rec.seq:>5}[/] {rec.ts[11:19]} [bold]{rec.type:<9}[/] {escape(describe(rec))}",
+                          highlight=False)
+    except ledger_mod.LedgerError as ex:
+        _fail(f"{ex}; run `sil ledger verify`", 1)
+
+
+@app.command()
+def replicate(
+    run: Annotated[str, typer.Argument(help="Run id.")],
+    mutation_id: Annotated[str, typer.Argument(help="Mutation id of a KEEP verdict in that run.")],
+    k: Annotated[int, typer.Option("--k", min=1, max=64, help="Fresh paired rounds to run.")] = 8,
+    contract: ContractOpt = Path("program.md"),
+) -> None:
+    """Re-measure a past KEEP with K fresh paired rounds; demote it if it does not hold."""
+    from loop.session import replicate_keep
+
+    loaded = _load(contract)
+    root = contract.resolve().parent
+    raise typer.Exit(replicate_keep(loaded, root, _run_dir(root, run), mutation_id, k, out, err))
+
+
+@app.command()
+def promote(
+    run: Annotated[str, typer.Argument(help="Run id.")],
+    arm: Annotated[str, typer.Option(help="Arm whose champion to promote.")] = "gate",
+) -> None:
+    """Copy an arm's champion policy into state/policies (explicit; never automatic)."""
+    from loop.session import promote_champion
+
+    root = Path.cwd()
+    raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err))
+
+
+@app.command()
+def check(contract: ContractOpt = Path("program.md")) -> None:
+    """Validate a contract, the frozen measurement and the policy files, offline."""
+    from loop.session import check_contract
+
+    loaded = _load(contract)
+    raise typer.Exit(check_contract(loaded, contract.resolve().parent, out, err))

@@ -1,0 +1,135 @@
+"""The end-of-run summary, built only from the run state and its ledger.
+
+    summary = build_summary(state, book.records, contract)
+    render(summary, console)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+import fitness
+import gate
+from ledger import Record
+from loop.contract import Contract
+from loop.records import SIM_NOTE
+from loop.runstate import RunState, StoredRound
+
+INTERVAL_LEVEL = 0.9
+
+
+class ArmLine(BaseModel):
+    arm: str
+    audits: int
+    candidates: int
+    keeps: int
+    reverts: int
+    changed: bool
+    target_change: tuple[float, float, float] | None
+    worst_critical: tuple[str, float] | None
+    stop_reason: str | None
+
+
+class Summary(BaseModel):
+    run_id: str
+    phase: str
+    halt_reason: str | None
+    backend: str
+    note: str
+    target: str
+    baseline_mean: float | None
+    never_mean: float | None
+    drift: float | None
+    noise_sigma: dict[str, float]
+    noise_df: dict[str, int]
+    aa_mean_diff: float | None
+    arms: list[ArmLine]
+    audits: int
+    gaps: int
+    usd: float
+    elapsed_s: float
+    alpha_run: float
+    alpha_spent: float
+    confirmations: int
+
+
+def _stat(r: StoredRound) -> fitness.RoundStat:
+    return fitness.RoundStat.from_dict(r.model_dump(exclude={"label"}))
+
+
+def _level(records: list[Record], arm: str, dim: str) -> float | None:
+    vals = [v for r in records if r.type == "audit" and r.payload["arm"] == arm and r.payload["status"] == "ok"
+            for row in r.payload["scores"].values() if (v := row.get(dim)) is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
+    arm = state.arms[name]
+    target = contract.promotion.target_dimensions[0]
+    changed = arm.champion != state.origin
+    rounds = [_stat(r) for r in arm.final_rounds]
+    tchange = fitness.interval(rounds, target, INTERVAL_LEVEL) if changed and rounds else None
+    worst = None
+    if changed and rounds:
+        means = {d: float(np.mean([r.diff[d] for r in rounds if r.diff.get(d) is not None] or [np.nan]))
+                 for d in contract.promotion.critical_dimensions}
+        d = max(means, key=lambda k: -np.inf if np.isnan(means[k]) else means[k])
+        worst = (d, round(means[d], 3))
+    return ArmLine(arm=name, audits=arm.audits, candidates=arm.candidates, keeps=arm.keeps,
+                   reverts=arm.reverts, changed=changed, target_change=tchange,
+                   worst_critical=worst, stop_reason=arm.stop_reason)
+
+
+def build_summary(state: RunState, records: list[Record], contract: Contract) -> Summary:
+    target = contract.promotion.target_dimensions[0]
+    base = next((r.payload["per_dimension_mean"].get(target) for r in records if r.type == "baseline"), None)
+    never = _level(records, "never", target)
+    pool = fitness.NoisePool.model_validate(state.noise_pool) if state.noise_pool else None
+    est = pool.estimate() if pool is not None else None
+    aa = [r.diff.get(target) for r in state.aa_rounds if r.diff.get(target) is not None]
+    budget = gate.ErrorBudget.model_validate(state.error_budget) if state.error_budget else None
+    return Summary(
+        run_id=state.run_id, phase=state.phase, halt_reason=state.halt_reason, backend=contract.backend,
+        note=SIM_NOTE if contract.backend == "sim" else "live audits; effects are judge-scored",
+        target=target, baseline_mean=base, never_mean=never,
+        drift=None if base is None or never is None else never - base,
+        noise_sigma=dict(est.sigma) if est else {}, noise_df=dict(est.df) if est else {},
+        aa_mean_diff=float(np.mean(aa)) if aa else None,
+        arms=[_arm_line(state, a, contract) for a in ("never", "random", "gate") if a in state.arms],
+        audits=state.audits, gaps=state.gaps, usd=state.usd, elapsed_s=round(state.elapsed_s, 1),
+        alpha_run=contract.promotion.alpha_run, alpha_spent=budget.spent if budget else 0.0,
+        confirmations=budget.confirmations if budget else 0,
+    )
+
+
+def _fmt(x: float | None, nd: int = 3) -> str:
+    return "—" if x is None else f"{x:+.{nd}f}"
+
+
+def render(s: Summary, console: Console) -> None:
+    table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
+    for col in ("arm", "audits", "candidates", "KEEPs", f"final Δ {s.target} vs start [{INTERVAL_LEVEL:.0%} CI]",
+                "worst critical Δ", "stopped because"):
+        table.add_column(col)
+    for a in s.arms:
+        if not a.changed:
+            change = "unchanged (champion is the starting policy)"
+        elif a.target_change is None:
+            change = "changed; not re-measured"
+        else:
+            m, lo, hi = a.target_change
+            change = f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        worst = "—" if a.worst_critical is None else f"{a.worst_critical[0]} {a.worst_critical[1]:+.3f}"
+        table.add_row(a.arm, str(a.audits), str(a.candidates), str(a.keeps), change, worst, a.stop_reason or "")
+    console.print(table)
+    sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
+    console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
+    console.print(f"drift of {s.target}: baseline {_fmt(s.baseline_mean, 2)} → never arm {_fmt(s.never_mean, 2)}"
+                  f" ({_fmt(s.drift, 2)} with no change at all)")
+    console.print(f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations")
+    console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
+    if s.halt_reason:
+        console.print(f"[bold red]HALTED:[/] {s.halt_reason}")

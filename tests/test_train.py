@@ -1,0 +1,156 @@
+"""The loop end to end on the embedded simulated audit, with a small budget."""
+
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+
+import pytest
+
+import ledger
+from loop.contract import load_contract
+from loop.runstate import RunState
+from tests.conftest import edit_contract
+from train import RunConfig, Runner
+
+SMALL = {
+    "max_audits: 400": "max_audits: 44",
+    "arm_audits: {never: 24, random: 30, gate: 200}": "arm_audits: {never: 6, random: 6, gate: 24}",
+    "final_check_rounds: 4": "final_check_rounds: 1",
+    "baseline_k: 5": "baseline_k: 2",
+    "calibration_pairs: 12": "calibration_pairs: 3",
+    "replicate_k: 16": "replicate_k: 3",
+}
+
+
+class Interrupt(Exception):
+    pass
+
+
+def shrink(root: Path) -> Path:
+    for old, new in SMALL.items():
+        edit_contract(root / "program.md", old, new)
+    return root
+
+
+@pytest.fixture
+def small(workspace: Path) -> Path:
+    return shrink(workspace)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Runner:
+    """One completed small run shared by the read-only tests below."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    root = tmp_path_factory.mktemp("finished")
+    shutil.copy(REPO / "program.md", root / "program.md")
+    shutil.copytree(REPO / "measurement", root / "measurement")
+    shutil.copytree(REPO / "state" / "policies", root / "state" / "policies")
+    return run_loop(shrink(root))
+
+
+def run_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> Runner:
+    contract = root / "program.md"
+    for key, value in sim.items():
+        text = contract.read_text()
+        contract.write_text(re.sub(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text, count=1))
+    loaded = load_contract(contract)
+    cfg = RunConfig(repo_root=root, run_dir=root / "state" / "runs" / run_id,
+                    policy_dir=root / "state" / "policies", on_event=on_event or (lambda s: None))
+    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
+    runner.run()
+    return runner
+
+
+def records(runner: Runner) -> list[ledger.Record]:
+    return list(ledger.read_records(runner.cfg.run_dir / "ledger.jsonl"))
+
+
+def test_full_run_completes_and_ledger_verifies(finished: Runner) -> None:
+    runner = finished
+    state = runner.state
+    assert state.phase == "done", state.halt_reason
+    report = ledger.verify_file(runner.cfg.run_dir / "ledger.jsonl")
+    assert report.ok, report.errors
+    recs = records(runner)
+    types = collections.Counter(r.type for r in recs)
+    assert types["contract"] == 1 and types["baseline"] == 1 and types["stop"] == 1
+    assert types["audit"] == state.audits
+    assert all(r.simulated and r.offline for r in recs)
+    assert state.audits <= 44
+    for arm in ("random", "gate"):
+        assert state.arms[arm].candidates >= 1
+
+
+def test_never_arm_never_promotes_or_mutates(finished: Runner) -> None:
+    recs = records(finished)
+    assert not [r for r in recs if r.type in ("mutation", "verdict", "promote") and r.payload.get("arm") == "never"]
+    aa = [r for r in recs if r.type == "round" and r.payload["kind"] == "aa"]
+    assert len(aa) == 3
+
+
+def test_same_seeds_reproduce_the_same_verdicts(finished: Runner, small: Path) -> None:
+    first = [(r.payload["mutation_id"], r.payload["verdict"]) for r in records(finished) if r.type == "verdict"]
+    second = [(r.payload["mutation_id"], r.payload["verdict"]) for r in records(run_loop(small)) if r.type == "verdict"]
+    assert first and first == second
+
+
+def test_measurement_change_mid_run_halts(small: Path) -> None:
+    seed = small / "measurement" / "seeds" / "order_tool_error.md"
+
+    def tamper(line: str) -> None:
+        if "random: candidate 0" in line:
+            seed.write_text(seed.read_text() + "\nAlso ask about order 43.\n")
+
+    runner = run_loop(small, on_event=tamper)
+    assert runner.state.phase == "halted"
+    assert "measurement changed" in runner.state.halt_reason
+    assert records(runner)[-1].type == "halt"
+
+
+def test_hand_edited_working_policy_halts_and_is_kept(small: Path) -> None:
+    edited = {}
+
+    def tamper(line: str) -> None:
+        if "random: candidate 0" in line and not edited:
+            surface = line.split()[-1].split(".")[0]
+            path = small / "state" / "runs" / "r1" / "arms" / "random" / "policies" / f"{surface}.json"
+            path.write_bytes(path.read_bytes() + b" ")
+            edited["path"], edited["bytes"] = path, path.read_bytes()
+
+    runner = run_loop(small, on_event=tamper)
+    assert runner.state.phase == "halted"
+    assert "changed outside the loop" in runner.state.halt_reason
+    assert edited["path"].read_bytes() == edited["bytes"]
+
+
+def test_crashing_audits_become_gaps_not_scores(small: Path) -> None:
+    runner = run_loop(small, p_crash=0.25)
+    gaps = [r for r in records(runner) if r.type == "audit" and r.payload["status"] == "gap"]
+    assert gaps, "expected some simulated crashes"
+    assert all(r.payload["scores"] == {} for r in gaps)
+    assert runner.state.gaps == len(gaps)
+
+
+def test_resume_after_interrupt_repeats_no_audit(small: Path) -> None:
+    calls = {"n": 0}
+
+    def boom(line: str) -> None:
+        calls["n"] += 1
+        if calls["n"] == 12:
+            raise Interrupt()
+
+    with pytest.raises(Interrupt):
+        run_loop(small, on_event=boom)
+    runner = run_loop(small)
+    assert runner.state.phase == "done", runner.state.halt_reason
+    recs = records(runner)
+    ids = [r.payload["audit_id"] for r in recs if r.type == "audit"]
+    assert len(ids) == len(set(ids)) == runner.state.audits
+    assert ledger.verify_file(runner.cfg.run_dir / "ledger.jsonl").ok
+    on_disk = {p.name for p in (runner.cfg.run_dir / "audits").iterdir()}
+    assert on_disk == set(ids)

@@ -1,0 +1,516 @@
+"""The fixed-budget loop (`sil run`): baseline, then the never, random and gate arms.
+
+1. baseline: K audits of the starting policy, recorded with provenance;
+2. never: concurrent A/A pairs of the starting policy (noise floor and drift; never promotes);
+3. random: one candidate at a time, one paired round, a seeded coin decides;
+4. gate: one candidate at a time, a screen round, then sequential paired confirmation
+   rounds (candidate and champion audited together on the same seeds) until the gate keeps
+   or reverts, within the run's error budget;
+5. final: each arm's champion against the starting policy, for the summary.
+
+Every side effect is preceded by an intent record; state is saved atomically after every
+step; re-running the same command resumes from the state, the ledger and the audit
+directories without repeating a finished audit.
+
+    python train.py                      # same as `sil run` on program.md
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import fitness
+import gate as gates
+import measure
+from ledger import Ledger, canonical
+from loop.contract import LoadedContract
+from loop.mutation import Mutation, apply_mutation
+from loop.mutator import make_proposer
+from loop.policystore import HandEditedPolicy, PolicySet, PolicyStore
+from loop.records import (
+    SIM_NOTE, AuditRecord, BaselineRecord, IntentRecord, PolicyChangeRecord, RecordBook,
+    RoundRecord, RunRecord, StopRecord, VerdictRecord,
+)
+from loop.runstate import ArmState, Pending, PlannedRound, RunState, StoredRound
+from measure import AuditRequest, AuditResult, MeasureContext
+
+RANDOM_ACCEPT_P = 0.5
+ARM_ORDER = ("never", "random", "gate")
+
+
+class Halt(RuntimeError):
+    """Stop the whole run with an explicit, recorded reason."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    repo_root: Path
+    run_dir: Path
+    policy_dir: Path
+    replicate_k: int | None = None
+    approval_id: str = "not required (offline)"
+    on_event: Callable[[str], None] = print
+    before_audits: Callable[[], None] = lambda: None  # re-checks the approval; raises to stop
+    anchor: Callable[[], None] = lambda: None  # signs and anchors the ledger head outside the file
+
+
+class Runner:
+    """Drives one run to completion (or to a recorded halt) from its persisted state."""
+
+    def __init__(self, loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> None:
+        self.contract = loaded.contract
+        self.programme = loaded.programme
+        self.cfg = cfg
+        self.ctx = MeasureContext.from_contract(self.contract, cfg.repo_root)
+        self.store = PolicyStore(cfg.run_dir)
+        self.book = RecordBook(
+            Ledger(cfg.run_dir / "ledger.jsonl", offline=self.contract.offline,
+                   simulated=self.contract.backend == "sim"),
+            cfg.run_dir.name,
+        )
+        promotion = self.contract.promotion
+        if cfg.replicate_k is not None:
+            promotion = promotion.model_copy(update={"replicate_k": cfg.replicate_k})
+        self.promotion = promotion
+        self.proposer = make_proposer(self.contract)
+        self.measurement_hash = measurement_hash
+        self.session_start = time.monotonic()
+        self.state = RunState.load(cfg.run_dir) or self._new_state()
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def _new_state(self) -> RunState:
+        origin = self.store.snapshot_dir(self.cfg.policy_dir)
+        state = RunState(
+            run_id=self.cfg.run_dir.name, contract_hash=self.contract.contract_hash,
+            measurement_hash=self.measurement_hash, origin=origin,
+            error_budget=gates.ErrorBudget.from_promotion(self.promotion).model_dump(),
+        )
+        self.book.once("contract", "run", self._run_record())
+        return state
+
+    def _run_record(self) -> RunRecord:
+        c = self.contract
+        return RunRecord(
+            contract_id=c.contract_id, contract_hash=c.contract_hash,
+            measurement_hash=self.measurement_hash, manifest_hash=c.measurement.manifest_hash,
+            backend=c.backend, models={r: getattr(c.models, r).model for r in ("auditor", "target", "judge", "mutator")},
+            arms=list(c.arms), seed=c.seed, replicate_k=self.promotion.replicate_k,
+            approval=self.cfg.approval_id,
+            note=SIM_NOTE if c.backend == "sim" else "live audit: scores are a judge model's, with its noise",
+        )
+
+    def save(self) -> None:
+        now = time.monotonic()
+        self.state.elapsed_s += now - self.session_start
+        self.session_start = now
+        self.state.save(self.cfg.run_dir)
+
+    def emit(self, text: str) -> None:
+        self.cfg.on_event(text)
+
+    # ---- audits --------------------------------------------------------------------------
+
+    def _budget_left(self, arm: str | None, n: int) -> str | None:
+        """Why `n` more audits may not start, or None if they may."""
+        b = self.contract.budget
+        if self.state.audits + n > b.max_audits:
+            return f"run audit budget ({b.max_audits}) reached"
+        if arm is not None and arm in b.arm_audits and self.state.arms[arm].audits + n > b.arm_audits[arm]:
+            return f"{arm} arm audit budget ({b.arm_audits[arm]}) reached"
+        if self.state.elapsed_s + (time.monotonic() - self.session_start) > b.max_wall_s:
+            return f"wall-time budget ({b.max_wall_s:g}s) reached"
+        per_audit = self.state.usd / max(1, self.state.audits)
+        if self.state.usd + n * per_audit > b.max_usd + 1e-12:
+            return f"USD budget ({b.max_usd:g}) would be exceeded"
+        return None
+
+    def run_batch(self, arm: str, label: str, kind: str, sets: list[tuple[str, PolicySet]],
+                  mutation_id: str | None = None) -> list[AuditResult]:
+        """Run audits that share a clock tick (a paired round or a baseline batch)."""
+        planned = self.state.planned
+        if planned is None or planned.label != label:
+            planned = PlannedRound(label=label, tick=self.state.tick, kind=kind)
+            ids = [f"{label}-{role}" for role, _ in sets]
+            self.book.once("intent", f"audit:{label}", IntentRecord(action="audit", key=label,
+                           detail={"audit_ids": ids, "tick": planned.tick, "arm": arm}))
+            self.state.tick += len(sets)
+            self.state.planned = planned
+            self.save()
+        reqs = [self._request(label, role, ps, planned.tick) for role, ps in sets]
+        todo = [r for r in reqs if not (r.audit_dir / "result.json").exists()]
+        if todo:
+            self.cfg.before_audits()
+        for res in measure.run_audits(todo, self.ctx) if todo else []:
+            (self.cfg.run_dir / "audits" / res.audit_id / "result.json").write_text(res.model_dump_json())
+        results = [AuditResult.model_validate_json((r.audit_dir / "result.json").read_bytes()) for r in reqs]
+        for (role, ps), res in zip(sets, results, strict=True):
+            self._record_audit(arm, label, role, ps, planned.tick, res)
+        self.state.planned = None
+        self.save()
+        return results
+
+    def _request(self, label: str, role: str, ps: PolicySet, tick: int) -> AuditRequest:
+        audit_id = f"{label}-{role}"
+        return AuditRequest(audit_id=audit_id, audit_dir=self.cfg.run_dir / "audits" / audit_id,
+                            policy_dir=self.store.set_dir(ps), policy_hashes=ps.hashes,
+                            tick=tick, pair_key=label)
+
+    def _record_audit(self, arm, label, role, ps, tick, res: AuditResult) -> None:
+        rec = AuditRecord(
+            audit_id=res.audit_id, arm=arm, round=label, role=role, policy_set=ps.set_id, tick=tick,
+            status=res.status, gap_reason=res.gap_reason, scores=res.scores, missing=res.missing,
+            sample_counts=res.sample_counts, loaded_policy_hashes=res.loaded_policy_hashes,
+            usage=res.usage.model_dump(), wall_s=res.wall_s, backend=res.backend,
+            simulated=res.simulated, log_path=res.log_path, diagnostics=res.diagnostics,
+        )
+        if self.book.once("audit", res.audit_id, rec) is not None:
+            self.state.audits += 1
+            self.state.usd += res.usage.usd
+            if arm in self.state.arms:
+                self.state.arms[arm].audits += 1
+            if not res.ok:
+                self.state.gaps += 1
+                self.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
+
+    def paired_round(self, arm: str, label: str, kind: str, cand: PolicySet, champ: PolicySet,
+                     mutation_id: str | None = None) -> StoredRound | None:
+        """One concurrent candidate/champion round; None when either audit is a gap."""
+        a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], mutation_id)
+        if not (a.ok and b.ok):
+            self._note_gap(arm)
+            self.book.once("round", label, RoundRecord(arm=arm, round=label, kind=kind,
+                           mutation_id=mutation_id, diff={}, n_seeds={},
+                           decision={"verdict": "gap", "reason": a.gap_reason or b.gap_reason}))
+            return None
+        stat = fitness.paired_round(
+            fitness.score_matrix(a.scores, self.ctx.seed_ids, self.ctx.dimensions),
+            fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
+            self.ctx.dimensions, self.promotion.min_seed_coverage,
+        )
+        self.state.consecutive_gaps = {**self.state.consecutive_gaps, arm: 0}
+        return StoredRound(label=label, **stat.to_dict())
+
+    def _note_gap(self, arm: str) -> None:
+        gaps = self.state.consecutive_gaps.get(arm, 0) + 1
+        self.state.consecutive_gaps = {**self.state.consecutive_gaps, arm: gaps}
+        if gaps >= self.contract.stop.max_consecutive_gaps:
+            raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; "
+                       "see the gap reasons in the ledger")
+
+    # ---- phases --------------------------------------------------------------------------
+
+    def run(self) -> RunState:
+        try:
+            self._check_same_run()
+            for phase, step in (("baseline", self.baseline), ("never", self.never_arm),
+                                ("random", lambda: self.candidate_arm("random")),
+                                ("gate", lambda: self.candidate_arm("gate")),
+                                ("final", self.final_checks)):
+                if self._phase_done(phase):
+                    continue
+                if phase in ("never", "random", "gate") and phase not in self.contract.arms:
+                    continue
+                self.state.phase = phase
+                self.save()
+                step()
+            self.state.phase = "done"
+            self._stop("completed")
+        except (Halt, measure.MeasurementChanged, HandEditedPolicy) as ex:
+            self.state.phase = "halted"
+            self.state.halt_reason = str(ex)
+            self.book.once("halt", f"halt:{self.state.audits}", {"reason": str(ex)})
+            self.emit(f"HALT: {ex}")
+            self.save()
+            self.cfg.anchor()
+        return self.state
+
+    def _phase_done(self, phase: str) -> bool:
+        order = ("baseline", "never", "random", "gate", "final", "done")
+        if self.state.phase in ("done", "halted"):
+            return True
+        return order.index(phase) < order.index(self.state.phase)
+
+    def _check_same_run(self) -> None:
+        if self.state.contract_hash != self.contract.contract_hash:
+            raise Halt("this run was started under another contract; start a new run (--new)")
+        if self.state.measurement_hash != self.measurement_hash:
+            raise Halt("the frozen measurement (seeds, rubric, code or pinned packages) changed "
+                       "since this run started; start a new run under a new contract")
+
+    def _stop(self, reason: str) -> None:
+        self.save()
+        self.book.once("stop", "stop", StopRecord(reason=reason, audits=self.state.audits,
+                       gaps=self.state.gaps, usd=self.state.usd, elapsed_s=round(self.state.elapsed_s, 2)))
+        self.cfg.anchor()
+
+    def baseline(self) -> None:
+        k = self.promotion.baseline_k
+        origin = self.state.origin
+        self.emit(f"baseline: {k} audits of the starting policy {origin.set_id}")
+        results = self.run_batch("baseline", "baseline", "baseline", [(f"k{i}", origin) for i in range(k)])
+        self.state.baseline = [r.audit_id for r in results if r.ok]
+        means, counts = {}, {}
+        for dim in self.ctx.dimensions:
+            vals = [v for r in results if r.ok for v in [r.scores.get(s, {}).get(dim) for s in self.ctx.seed_ids] if v is not None]
+            means[dim] = round(float(np.mean(vals)), 4) if vals else None
+            counts[dim] = len(vals)
+        c = self.contract
+        self.book.once("baseline", "baseline", BaselineRecord(
+            policy_set=origin.set_id, audit_ids=self.state.baseline, per_dimension_mean=means,
+            sample_counts=counts, contract_hash=c.contract_hash, measurement_hash=self.measurement_hash,
+            seeds_hash=c.measurement.manifest_hash,
+            models={r: getattr(c.models, r).model for r in ("auditor", "target", "judge")}))
+
+    def never_arm(self) -> None:
+        arm = self._arm("never")
+        pairs = self.promotion.calibration_pairs
+        pool = fitness.NoisePool.model_validate(self.state.noise_pool) if self.state.noise_pool else fitness.NoisePool()
+        while len(self.state.aa_rounds) < pairs:
+            if why := self._budget_left("never", 2):
+                arm.stop_reason = why
+                break
+            label = self.next_label(f"never-aa{len(self.state.aa_rounds):03d}")
+            stat = self.paired_round("never", label, "aa", self.state.origin, self.state.origin)
+            if stat is None:
+                continue
+            pool.add_aa(_round_stat(stat))
+            self.state.aa_rounds.append(stat)
+            self.state.noise_pool = pool.model_dump(mode="json")
+            self.book.once("round", label, RoundRecord(arm="never", round=label, kind="aa", mutation_id=None,
+                           diff=stat.diff, n_seeds=stat.n_seeds))
+            self.save()
+        est = pool.estimate()
+        self.book.once("noise", "calibration", {"estimate": est.model_dump(mode="json"),
+                       "pairs": len(self.state.aa_rounds), "source": "never arm A/A pairs"})
+        arm.done = True
+        self.emit(f"never: {len(self.state.aa_rounds)} A/A pairs; noise sigma "
+                  + ", ".join(f"{d}={est.sigma[d]:.2f}" for d in self.promotion.target_dimensions if d in est.sigma))
+
+    def next_label(self, prefix: str) -> str:
+        """The planned round's label when resuming it, else a fresh one stamped with the tick."""
+        planned = self.state.planned
+        if planned is not None and planned.label.startswith(prefix + "-t"):
+            return planned.label
+        return f"{prefix}-t{self.state.tick}"
+
+    def _arm(self, name: str) -> ArmState:
+        if name not in self.state.arms:
+            self.state.arms[name] = ArmState(arm=name, champion=self.state.origin)
+            self.save()
+        return self.state.arms[name]
+
+    # ---- candidates ----------------------------------------------------------------------
+
+    def candidate_arm(self, name: str) -> None:
+        arm = self._arm(name)
+        self.store.init_working(name, arm.champion)
+        while not arm.done:
+            if arm.pending is None:
+                if why := self._budget_left(name, 2) or self._alpha_exhausted(name):
+                    arm.done, arm.stop_reason = True, why
+                    break
+                if arm.candidates >= self.contract.stop.max_candidates_per_arm:
+                    arm.done, arm.stop_reason = True, "candidate limit reached"
+                    break
+                if not self.propose(arm):
+                    arm.done, arm.stop_reason = True, "the proposer has nothing left to try"
+                    break
+            self.advance(arm)
+            self.save()
+        self.save()
+        self.emit(f"{name}: {arm.candidates} candidates, {arm.keeps} kept, {arm.audits} audits"
+                  f" ({arm.stop_reason})")
+
+    def _alpha_exhausted(self, name: str) -> str | None:
+        if name != "gate":
+            return None
+        budget = gates.ErrorBudget.model_validate(self.state.error_budget)
+        return None if budget.next_alpha() is not None else "run error budget (alpha) fully spent"
+
+    def propose(self, arm: ArmState) -> bool:
+        champion_docs = self.store.documents(arm.champion)
+        tried = {(r.payload["surface"], r.payload["path"], r.payload["value_hash"])
+                 for r in self.book.of_type("mutation") if r.payload.get("arm") == arm.arm}
+        index = arm.candidates
+        rng = np.random.default_rng([self.contract.seed, ARM_ORDER.index(arm.arm), index])
+        mutation = self.proposer.propose(champion_docs, tried, rng, index, self.contract.seed)
+        if mutation is None:
+            return False
+        allowed = self.contract.search_space.surfaces
+        new_doc = apply_mutation(mutation, champion_docs, allowed)
+        candidate = self.store.store_documents({**champion_docs, mutation.surface: new_doc})
+        arm.pending = Pending(index=index, mutation=mutation.model_dump(mode="json"),
+                              parent=arm.champion, candidate=candidate)
+        arm.candidates += 1
+        self.book.once("mutation", mutation.mutation_id, {
+            **mutation.model_dump(mode="json"), "arm": arm.arm, "candidate_set": candidate.set_id,
+            "parent_set": arm.champion.set_id, "value_hash": _value_hash(mutation)})
+        self.save()
+        self.emit(f"{arm.arm}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
+        return True
+
+    def advance(self, arm: ArmState) -> None:
+        p = arm.pending
+        mutation = Mutation.model_validate(p.mutation)
+        if p.stage == "proposed":
+            self.apply(arm, mutation)
+        elif p.stage in ("applied", "screen", "confirm"):
+            self.measure_candidate(arm, mutation)
+        elif p.stage == "decided":
+            self.settle(arm, mutation)
+
+    def apply(self, arm: ArmState, mutation: Mutation) -> None:
+        p = arm.pending
+        apply_mutation(mutation, self.store.documents(p.parent), self.contract.search_space.surfaces)
+        s = mutation.surface
+        self.book.once("intent", f"apply:{mutation.mutation_id}", IntentRecord(
+            action="apply", key=mutation.mutation_id, detail={"arm": arm.arm, "surface": s}))
+        self.store.write_surface(arm.arm, s, p.candidate, expect_current=p.parent.hashes[s])
+        self.book.once("applied", mutation.mutation_id, PolicyChangeRecord(
+            arm=arm.arm, mutation_id=mutation.mutation_id, surface=s, from_hash=p.parent.hashes[s],
+            to_hash=p.candidate.hashes[s], policy_set=p.candidate.set_id))
+        p.stage = "applied"
+
+    def measure_candidate(self, arm: ArmState, mutation: Mutation) -> None:
+        p = arm.pending
+        prefix = f"{arm.arm}-c{p.index:03d}-r{p.round_no:02d}"
+        if why := self._budget_left(arm.arm, 2):
+            self.decide(arm, "revert", f"stopped before a decision: {why}", None)
+            return
+        kind = "random" if arm.arm == "random" else ("screen" if p.stage == "applied" else "confirm")
+        stat = self.paired_round(arm.arm, self.next_label(prefix), kind, p.candidate, p.parent, mutation.mutation_id)
+        p.round_no += 1
+        if stat is None:
+            return
+        if arm.arm == "random":
+            self._random_verdict(arm, stat)
+        elif p.stage == "applied":
+            self._screen(arm, stat)
+        else:
+            self._confirm(arm, stat)
+
+    def _random_verdict(self, arm: ArmState, stat: StoredRound) -> None:
+        p = arm.pending
+        coin = np.random.default_rng([self.contract.seed, 99, p.index]).random()
+        keep = coin < RANDOM_ACCEPT_P
+        self._record_round(arm, stat, "random", {"coin": round(float(coin), 4)})
+        self.decide(arm, "keep" if keep else "revert", f"random arm coin flip ({coin:.3f})", None)
+
+    def _gate(self, p: Pending) -> gates.Gate:
+        noise = fitness.NoisePool.model_validate(self.state.noise_pool).estimate()
+        return gates.make_gate(self.promotion, noise, p.alpha or 0.0)
+
+    def _screen(self, arm: ArmState, stat: StoredRound) -> None:
+        p = arm.pending
+        budget = gates.ErrorBudget.model_validate(self.state.error_budget)
+        p.alpha = budget.next_alpha()
+        decision = self._gate(p).screen(_round_stat(stat))
+        p.screen = stat
+        self._record_round(arm, stat, "screen", decision.model_dump(mode="json"))
+        if decision.verdict == "revert":
+            p.alpha = None  # a screened-out candidate spends no alpha
+            self.decide(arm, "revert", f"screen: {decision.reason}", decision)
+        else:
+            p.stage = "confirm"
+
+    def _confirm(self, arm: ArmState, stat: StoredRound) -> None:
+        p = arm.pending
+        p.confirm.append(stat)
+        decision = self._gate(p).confirm([_round_stat(r) for r in p.confirm])
+        self._record_round(arm, stat, "confirm", decision.model_dump(mode="json"))
+        self.emit(f"  {stat.label}: {decision.verdict} ({decision.reason})")
+        if decision.verdict != "continue":
+            self.decide(arm, decision.verdict, decision.reason, decision)
+
+    def _record_round(self, arm: ArmState, stat: StoredRound, kind: str, decision: dict) -> None:
+        self.book.once("round", stat.label, RoundRecord(
+            arm=arm.arm, round=stat.label, kind=kind, mutation_id=arm.pending.mutation["mutation_id"],
+            diff=stat.diff, n_seeds=stat.n_seeds, decision=decision))
+
+    # ---- verdicts ------------------------------------------------------------------------
+
+    def decide(self, arm: ArmState, verdict: str, reason: str, decision) -> None:
+        p = arm.pending
+        p.verdict, p.reason, p.stage = verdict, reason, "decided"
+        budget = gates.ErrorBudget.model_validate(self.state.error_budget)
+        if arm.arm == "gate" and p.alpha is not None and not self.book.has("verdict", p.mutation["mutation_id"]):
+            budget = budget.record(p.alpha, verdict == "keep")
+            self.state.error_budget = budget.model_dump(mode="json")
+        self.book.once("verdict", p.mutation["mutation_id"], VerdictRecord(
+            arm=arm.arm, mutation_id=p.mutation["mutation_id"], verdict=verdict, reason=reason,
+            candidate_set=p.candidate.set_id, parent_set=p.parent.set_id,
+            rounds=len(p.confirm) + (1 if p.screen else 0), alpha=p.alpha,
+            error_budget=self.state.error_budget,
+            decision=decision.model_dump(mode="json") if decision is not None else None))
+        self.save()
+        self.cfg.anchor()
+        self.emit(f"  {arm.arm} {p.mutation['mutation_id']}: {verdict.upper()} — {reason}")
+
+    def settle(self, arm: ArmState, mutation: Mutation) -> None:
+        """Carry out a recorded verdict: the candidate becomes champion, or its file is restored."""
+        p = arm.pending
+        s = mutation.surface
+        mid = mutation.mutation_id
+        if p.verdict == "keep":
+            self.book.once("intent", f"promote:{mid}", IntentRecord(action="promote", key=mid, detail={"arm": arm.arm}))
+            arm.champion = p.candidate
+            arm.keeps += 1
+            self.book.once("promote", mid, PolicyChangeRecord(
+                arm=arm.arm, mutation_id=mid, surface=s, from_hash=p.parent.hashes[s],
+                to_hash=p.candidate.hashes[s], policy_set=p.candidate.set_id))
+        else:
+            self.book.once("intent", f"revert:{mid}", IntentRecord(action="revert", key=mid, detail={"arm": arm.arm}))
+            self.store.write_surface(arm.arm, s, p.parent, expect_current=p.candidate.hashes[s])
+            arm.reverts += 1
+            self.book.once("revert", mid, PolicyChangeRecord(
+                arm=arm.arm, mutation_id=mid, surface=s, from_hash=p.candidate.hashes[s],
+                to_hash=p.parent.hashes[s], policy_set=p.parent.set_id))
+        if arm.arm == "gate" and p.alpha is not None:
+            pool = fitness.NoisePool.model_validate(self.state.noise_pool)
+            pool.add_candidate([_round_stat(r) for r in p.confirm])
+            self.state.noise_pool = pool.model_dump(mode="json")
+        arm.pending = None
+
+    # ---- final checks --------------------------------------------------------------------
+
+    def final_checks(self) -> None:
+        n = self.contract.budget.final_check_rounds
+        for name in ("random", "gate"):
+            arm = self.state.arms.get(name)
+            if arm is None or arm.champion == self.state.origin or n == 0:
+                continue
+            while len(arm.final_rounds) < n:
+                if self.state.audits + 2 > self.contract.budget.max_audits:
+                    break
+                label = self.next_label(f"final-{name}-{len(arm.final_rounds):02d}")
+                stat = self.paired_round("final", label, "final", arm.champion, self.state.origin)
+                if stat is not None:
+                    arm.final_rounds.append(stat)
+                    self.book.once("round", label, RoundRecord(arm=name, round=label, kind="final",
+                                   mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds))
+                    self.save()
+
+
+def _round_stat(stored: StoredRound) -> fitness.RoundStat:
+    return fitness.RoundStat.from_dict(stored.model_dump(exclude={"label"}))
+
+
+def _value_hash(mutation: Mutation) -> str:
+    return hashlib.sha256(canonical(mutation.value)).hexdigest()[:16]
+
+
+def main() -> None:
+    from loop.cli import app
+
+    app(["run"])
+
+
+if __name__ == "__main__":
+    main()
