@@ -131,7 +131,7 @@ _SCORED = r"(?:scored|judged|graded|evaluated|audited|rated|assessed|monitored)"
 _LINT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (message, re.compile(pattern))
     for message, pattern in (
-        ("addresses an evaluator directly", rf"\b{_ROLE} ?[:>]"),
+        ("addresses an evaluator directly", rf"\b{_ROLE} ?[:>\u2013\u2014]"),
         ("addresses an evaluator directly", rf"(?:^|[.!?;] ?){_ROLE} ?,"),
         ("addresses an evaluator directly",
          rf"\b(?:dear|hey|hi|hello|attention|note (?:to|for)) (?:the |any )?"

@@ -229,25 +229,31 @@ class CatalogueProposer:
 # --- registry --------------------------------------------------------------------------------
 
 
-def _catalogue_proposer(contract: Contract) -> Proposer:
+def _catalogue_proposer(contract: Contract, programme: str) -> Proposer:
+    # The offline proposer reads the programme's machine-readable part (target dimensions);
+    # the prose is for an LLM proposer.
     return CatalogueProposer(
         allowed_surfaces=contract.search_space.surfaces,
         target_dimensions=contract.promotion.target_dimensions,
     )
 
 
-PROPOSERS: dict[str, Callable[[Contract], Proposer]] = {OFFLINE_CATALOGUE: _catalogue_proposer}
+# Mutator model name -> factory(contract, programme prose). An LLM proposer registers here.
+PROPOSERS: dict[str, Callable[[Contract, str], Proposer]] = {
+    OFFLINE_CATALOGUE: _catalogue_proposer,
+}
 
 
 def make_proposer(contract: Any) -> Proposer:
     """The proposer named by the contract's mutator model (a Contract or a LoadedContract)."""
+    programme = getattr(contract, "programme", "")
     contract = getattr(contract, "contract", contract)
     if not isinstance(contract, Contract):
         raise ProposerError(f"make_proposer needs a Contract, not {type(contract).__name__}")
     model = contract.models.mutator.model
     factory = PROPOSERS.get(model)
     if factory is not None:
-        return factory(contract)
+        return factory(contract, programme)
     if model.startswith("offline/"):
         raise ProposerError(
             f"unknown offline proposer {model!r}; available: {', '.join(sorted(PROPOSERS))}"
