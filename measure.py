@@ -77,7 +77,16 @@ class AuditResult(BaseModel):
 
 
 class GapError(Exception):
-    """The audit produced no trustworthy evidence; the message is the reason."""
+    """The audit produced no trustworthy evidence; the message is the reason.
+
+    A backend that can still tell what the audit cost and where its log is passes them on, so
+    a gap is charged to the budget and its transcript can be reviewed.
+    """
+
+    def __init__(self, reason: str, usage: Usage | None = None, log_path: str | None = None) -> None:
+        super().__init__(reason)
+        self.usage = usage or Usage()
+        self.log_path = log_path
 
 
 @dataclass(frozen=True)
@@ -263,6 +272,7 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
     """Run one audit to completion; every failure becomes a gap result with its reason."""
     start = time.monotonic()
     req.audit_dir.mkdir(parents=True, exist_ok=True)
+    evidence: Evidence | None = None
     try:
         copies = _copy_policies(req)
         cmd = backend.command(req, ctx)
@@ -275,7 +285,9 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
     except GapError as gap:
         return AuditResult(audit_id=req.audit_id, status="gap", gap_reason=str(gap),
                            wall_s=round(time.monotonic() - start, 3), simulated=backend.simulated,
-                           backend=backend.name)
+                           backend=backend.name,
+                           usage=evidence.usage if evidence else gap.usage,
+                           log_path=evidence.log_path if evidence else gap.log_path)
 
 
 def run_audits(requests: list[AuditRequest], ctx: MeasureContext) -> list[AuditResult]:

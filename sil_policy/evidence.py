@@ -16,6 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 AUDIT_DIR_ENV = "SIL_AUDIT_DIR"
+# Petri audits: the metadata key on every target answer holding {surface: sha256 loaded}.
+PETRI_REPORT_KEY = "sil_policy_hashes"
 EVIDENCE_FILE = "evidence.json"
 EVIDENCE_VERSION = 1
 

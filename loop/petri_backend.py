@@ -1,0 +1,258 @@
+"""The `petri` audit backend: Petri's audit task under inspect-ai, the runtime under test as target.
+
+`command()` builds `python -m inspect_ai eval inspect_petri/audit` with the contract's model
+per role, the frozen seed directory and rubric, the Petri target agent that runs the runtime,
+caching off, the per-sample token limit and a fresh log directory. Task arguments go in a JSON
+file (`--task-config`), never through `-T` (which splits values on commas). An empty `.env` in
+the audit directory (the subprocess's cwd) stops inspect's upward search for one.
+
+`read_evidence()` reads the one `.eval` log the audit wrote (never stdout) and trusts it only
+if: the log status is success; task, task arguments, model roles and package versions are the
+intended ones; no sample errored, hit a limit or was served from the response cache; every
+sample has every frozen dimension as a number; the runtime answered and every answer reports
+the same policy hashes; the runtime reported no failure. Anything else raises `GapError` with
+the reason (and the usage and log path, so a gap is charged and reviewable).
+
+    measure.run_audit(req, ctx, PetriBackend())
+    inspect view --log-dir <audit_dir>/logs          # every audit's transcripts
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from inspect_ai.event import InfoEvent, ModelEvent
+from inspect_ai.log import EvalLog, EvalSample, read_eval_log
+
+import prepare
+from loop.contract import Contract, PetriParams, RoleModel
+from measure import AuditRequest, GapError, MeasureContext
+from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
+
+TASK = "inspect_petri/audit"
+SCORER = "audit_judge"
+LOG_DIR = "logs"
+TASK_ARGS_FILE = "task_args.json"
+ROLES = ("auditor", "target", "judge")
+# The measurement depends on these exact releases (seeds, rubric rendering, judge schema).
+PINNED = {"inspect_ai": "0.3.285", "inspect_petri": "3.1.1", "inspect_scout": "0.6.1"}
+RUNTIME_ERROR_KEY = "runtime_error"
+# Worst-case judge cost per sample: up to JUDGE_ATTEMPTS calls (inspect_scout retries an
+# unusable answer), each reading at most the sample's token limit plus the judge prompt and rubric.
+JUDGE_ATTEMPTS = 3
+JUDGE_PROMPT_TOKENS = 12_000
+PREFLIGHT_AUDITS = 1
+REPO_ROOT = Path(prepare.__file__).resolve().parent
+
+
+class PetriBackend:
+    """`AuditBackend` for real audits: Petri in the audit subprocess, evidence from its log."""
+
+    name = "petri"
+    simulated = False
+
+    def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
+        check_pins()
+        for part in ("seeds", "rubric"):
+            if not (ctx.measurement_root / part).is_dir():
+                raise GapError(f"frozen {part} directory {ctx.measurement_root / part} does not exist")
+        log_dir = req.audit_dir / LOG_DIR
+        log_dir.mkdir(parents=True, exist_ok=True)
+        if any(log_dir.iterdir()):
+            raise GapError(f"log directory {log_dir} is not empty: every audit needs a fresh one")
+        (req.audit_dir / TASK_ARGS_FILE).write_text(json.dumps(task_args(ctx), indent=2) + "\n")
+        (req.audit_dir / ".env").write_text("")  # inspect looks for .env from cwd upward: stop here
+        cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK,
+               "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
+        for role in ROLES:
+            cmd += ["--model-role", f"{role}={json.dumps(role_config(getattr(ctx.contract.models, role)))}"]
+        return cmd + ["--token-limit", str(params(ctx.contract).sample_token_limit),
+                      "--log-dir", str(log_dir), "--log-format", "eval", "--display", "none"]
+
+    def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:
+        path = find_log(req.audit_dir / LOG_DIR)
+        try:
+            log = read_eval_log(str(path), resolve_attachments=True)
+        except Exception as ex:  # a torn or foreign file: say which and why
+            raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
+        usage = usage_of(log, ctx.contract)
+        try:
+            check_run(log, ctx)
+            samples = [sample_evidence(s, ctx, path) for s in log.samples or []]
+        except GapError as gap:
+            raise GapError(str(gap), usage=usage, log_path=str(path)) from None
+        runtime = f"{params(ctx.contract).target_agent} on {ctx.contract.models.target.model}"
+        return Evidence(backend=self.name, simulated=False, runtime=runtime, samples=samples,
+                        usage=usage, log_path=str(path),
+                        notes=[f"inspect view --log-dir {path.parent}"])
+
+
+def params(contract: Contract) -> PetriParams:
+    return contract.petri or PetriParams()
+
+
+def task_args(ctx: MeasureContext) -> dict[str, Any]:
+    """The arguments `inspect_petri/audit` must run with (and must report having run with)."""
+    p = params(ctx.contract)
+    return {
+        "seed_instructions": str(ctx.measurement_root / "seeds"),
+        "judge_dimensions": str(ctx.measurement_root / "rubric"),
+        "max_turns": ctx.contract.measurement.max_turns,
+        "target_tools": p.target_tools,
+        "realism_filter": p.realism_filter,
+        "cache": False,
+        "target": {"type": "agent", "name": p.target_agent, "params": dict(p.target_agent_params)},
+    }
+
+
+def role_config(role: RoleModel) -> dict[str, Any]:
+    config: dict[str, Any] = {"model": role.model}
+    if role.temperature is not None:
+        config["temperature"] = role.temperature
+    return config
+
+
+def check_pins() -> None:
+    for package, pinned in PINNED.items():
+        try:
+            installed = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            installed = "not installed"
+        if installed != pinned:
+            raise GapError(f"{package} {installed} is installed but the measurement pins {pinned}: "
+                           f"pip install '{package}=={pinned}'")
+
+
+def find_log(log_dir: Path) -> Path:
+    logs = sorted(log_dir.glob("*.eval"))
+    if len(logs) != 1:
+        raise GapError(f"expected one .eval log in {log_dir}, found {len(logs)}")
+    return logs[0]
+
+
+def check_run(log: EvalLog, ctx: MeasureContext) -> None:
+    """Whole-run checks: status, task, arguments, roles and package versions."""
+    if log.status != "success":
+        detail = log.error.message.splitlines()[0] if log.error else "no error recorded"
+        raise GapError(f"eval status is {log.status!r}, not success: {detail}")
+    if log.eval.task_registry_name != TASK:
+        raise GapError(f"log is of task {log.eval.task_registry_name!r}, not {TASK}")
+    intended = task_args(ctx)
+    if log.eval.task_args_passed != intended:
+        diff = sorted(k for k in intended.keys() | log.eval.task_args_passed.keys()
+                      if intended.get(k) != log.eval.task_args_passed.get(k))
+        raise GapError(f"the task ran with other arguments than intended: {diff}")
+    for role in ROLES:
+        ran = log.eval.model_roles.get(role) if log.eval.model_roles else None
+        wanted = getattr(ctx.contract.models, role).model
+        if ran is None or ran.model != wanted:
+            raise GapError(f"role {role} ran {ran.model if ran else 'nothing'}, not {wanted}")
+    for package in ("inspect_ai", "inspect_petri"):
+        if log.eval.packages.get(package) != PINNED[package]:
+            raise GapError(f"log was written by {package} {log.eval.packages.get(package)}, "
+                           f"not the pinned {PINNED[package]}")
+
+
+def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> SampleEvidence:
+    """One seed's trusted scores and reported policy hashes, or GapError with the reason."""
+    seed = str(sample.id)
+    if sample.error is not None:
+        raise GapError(f"seed {seed}: sample failed: {sample.error.message.splitlines()[0]}")
+    if sample.limit is not None:
+        raise GapError(f"seed {seed}: hit the {sample.limit.type} limit ({sample.limit.limit:g}); "
+                       "a truncated audit is not comparable")
+    _check_events(sample, seed)
+    return SampleEvidence(seed_id=seed, scores=_scores(sample, seed, ctx.dimensions),
+                          policy_hashes=_reported_hashes(sample, seed),
+                          transcript_ref=f"{log_path}#sample={seed}")
+
+
+def _scores(sample: EvalSample, seed: str, dimensions: tuple[str, ...]) -> dict[str, float | None]:
+    score = (sample.scores or {}).get(SCORER)
+    value = score.value if score else None
+    if not isinstance(value, dict):
+        raise GapError(f"seed {seed}: the judge gave no usable answer (score value {value!r})")
+    scores: dict[str, float | None] = {}
+    for dim in dimensions:
+        v = value.get(dim)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 1 <= v <= 10:
+            raise GapError(f"seed {seed}: the judge's answer has no 1-10 number for {dim} (got {v!r})")
+        scores[dim] = float(v)
+    return scores
+
+
+def _check_events(sample: EvalSample, seed: str) -> None:
+    for event in sample.events:
+        if isinstance(event, ModelEvent) and event.cache == "read":
+            raise GapError(f"seed {seed}: a {event.role or 'model'} response came from the response cache")
+        if isinstance(event, ModelEvent) and event.role == "target" and event.error:
+            raise GapError(f"seed {seed}: a target model call failed: {event.error.splitlines()[0]}")
+        if isinstance(event, InfoEvent) and isinstance(event.data, dict) and RUNTIME_ERROR_KEY in event.data:
+            raise GapError(f"seed {seed}: the runtime reported a failure: {event.data[RUNTIME_ERROR_KEY]}")
+
+
+def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:
+    answers = [m for m in sample.messages
+               if m.role == "assistant" and not (m.metadata or {}).get("prefill")]
+    if not answers:
+        raise GapError(f"seed {seed}: the runtime never answered (a crashed or unreached target "
+                       "would be judged as perfect)")
+    reports = [(m.metadata or {}).get(PETRI_REPORT_KEY) for m in answers]
+    if any(not isinstance(r, dict) for r in reports):
+        raise GapError(f"seed {seed}: an answer carries no policy report ({PETRI_REPORT_KEY})")
+    if len({json.dumps(r, sort_keys=True) for r in reports}) != 1:
+        raise GapError(f"seed {seed}: answers report different policy hashes within one audit")
+    return {str(k): str(v) for k, v in reports[0].items()}
+
+
+def usage_of(log: EvalLog, contract: Contract) -> Usage:
+    """Tokens per role from the log, priced with the contract's prices (offline roles: 0)."""
+    tokens_in = tokens_out = 0
+    usd = 0.0
+    for role, u in (log.stats.role_usage or {}).items():
+        n_in = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
+        tokens_in, tokens_out = tokens_in + n_in, tokens_out + u.output_tokens
+        price = _price(contract, role)
+        usd += (n_in * price[0] + u.output_tokens * price[1]) / 1e6
+    calls = sum(1 for s in log.samples or [] for e in s.events if isinstance(e, ModelEvent))
+    return Usage(input_tokens=tokens_in, output_tokens=tokens_out, usd=round(usd, 6), model_calls=calls)
+
+
+def _price(contract: Contract, role: str) -> tuple[float, float]:
+    """(input, output) USD per million tokens; the realism filter runs on the auditor's model."""
+    model = getattr(contract.models, "auditor" if role == "realism" else role, None)
+    if model is None:  # a role the contract does not name: charge the dearest role's price
+        return max((_price(contract, r) for r in ROLES), key=lambda p: max(p))
+    if model.price is None:
+        return (0.0, 0.0)
+    return (model.price.input_per_mtok, model.price.output_per_mtok)
+
+
+def worst_case_cost(contract: Contract, n_seeds: int | None = None, audits: int | None = None) -> float:
+    """Upper bound in USD of a run's audits, for the dry run and the approval.
+
+    Defaults: the frozen seed library's seed count, and `budget.max_audits` plus the wiring
+    preflight's audit, each audit on every seed. Assumptions: every sample spends its whole
+    token limit (auditor, target and realism calls all count toward it), all priced at the
+    dearer of input/output price of the dearer of auditor and target; the judge makes
+    JUDGE_ATTEMPTS calls per sample and judge resample, each reading at most the token limit
+    plus JUDGE_PROMPT_TOKENS, at its own dearer price. Offline models cost 0. The mutator's
+    calls are not included.
+    """
+    if n_seeds is None:
+        n_seeds = len(prepare.load_seeds(REPO_ROOT / contract.measurement.seed_library))
+    audits = contract.budget.max_audits + PREFLIGHT_AUDITS if audits is None else audits
+    limit = params(contract).sample_token_limit
+
+    def dearest(*roles: str) -> float:
+        return max(max(_price(contract, r)) for r in roles) / 1e6
+
+    per_sample = limit * dearest("auditor", "target")
+    per_sample += (contract.measurement.judge_resamples * JUDGE_ATTEMPTS
+                   * (limit + JUDGE_PROMPT_TOKENS) * dearest("judge"))
+    return audits * n_seeds * per_sample
