@@ -209,7 +209,8 @@ class Runner:
     def run(self) -> RunState:
         try:
             self._check_same_run()
-            for phase, step in (("baseline", self.baseline), ("never", self.never_arm),
+            for phase, step in (("preflight", self.preflight), ("baseline", self.baseline),
+                                ("never", self.never_arm),
                                 ("random", lambda: self.candidate_arm("random")),
                                 ("gate", lambda: self.candidate_arm("gate")),
                                 ("final", self.final_checks)):
@@ -228,11 +229,14 @@ class Runner:
             self.book.once("halt", f"halt:{self.state.audits}", {"reason": str(ex)})
             self.emit(f"HALT: {ex}")
             self.save()
-            self.cfg.anchor()
+            try:
+                self.cfg.anchor()
+            except Halt as anchor_failure:
+                self.emit(f"also: {anchor_failure}")
         return self.state
 
     def _phase_done(self, phase: str) -> bool:
-        order = ("baseline", "never", "random", "gate", "final", "done")
+        order = ("preflight", "baseline", "never", "random", "gate", "final", "done")
         if self.state.phase in ("done", "halted"):
             return True
         return order.index(phase) < order.index(self.state.phase)
@@ -249,6 +253,34 @@ class Runner:
         self.book.once("stop", "stop", StopRecord(reason=reason, audits=self.state.audits,
                        gaps=self.state.gaps, usd=self.state.usd, elapsed_s=round(self.state.elapsed_s, 2)))
         self.cfg.anchor()
+
+    def preflight(self) -> None:
+        """Prove every surface in the search space reaches the target before spending budget.
+
+        A gap (no usable evidence) is retried like any audit gap; a probe that saw the wrong
+        policy halts at once.
+        """
+        from loop.preflight import run_preflight
+
+        base = hashlib.sha256(self.state.run_id.encode()).hexdigest()[:10]
+        for attempt in range(self.contract.stop.max_consecutive_gaps):
+            key = f"preflight-{attempt}"
+            if not self.book.has("probe", key):
+                report = run_preflight(self.ctx, self.store.set_dir(self.state.origin),
+                                       self.cfg.run_dir / key, token=f"{base}{attempt:02d}")
+                self.book.once("probe", key, report)
+                self.state.audits += 1
+                self.state.usd += report.usage.usd
+                self.save()
+            probe = next(r.payload for r in self.book.of_type("probe") if r.payload["_key"] == key)
+            if probe["passed"]:
+                self.emit(f"preflight: all {len(probe['probes'])} surfaces of the search space reach the target")
+                return
+            if probe["gap_reason"] is None:
+                failed = [p["message"] for p in probe["probes"] if not p["passed"]]
+                raise Halt("wiring preflight failed, refusing to spend budget: " + "; ".join(failed))
+            self.emit(f"  preflight audit gap: {probe['gap_reason']}")
+        raise Halt("wiring preflight could not run: every attempt was an audit gap")
 
     def baseline(self) -> None:
         k = self.promotion.baseline_k

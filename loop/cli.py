@@ -94,13 +94,18 @@ def approve(
     contract: ContractOpt = Path("program.md"),
     expires_in_hours: Annotated[float, typer.Option(min=0.1, max=24 * 90)] = 72.0,
     key: Annotated[Optional[Path], typer.Option(help="SSH private key to sign the approval.")] = None,
+    allowed_signers: Annotated[Optional[Path], typer.Option(help="allowed_signers file to check the signature.")] = None,
 ) -> None:
     """Approve a contract and its frozen measurement for runs with real model calls."""
     from loop.approval import ApprovalError, approve as do_approve
 
     loaded = _load(contract)
+    if key is None and not loaded.contract.offline:
+        err.print("[yellow]warning:[/] an unsigned approval is recorded, but runs with real model calls "
+                  "refuse it; pass --key to sign")
     try:
-        record = do_approve(loaded.contract, contract.resolve().parent, by, expires_in_hours, key)
+        record = do_approve(loaded.contract, contract.resolve().parent, by, expires_in_hours, key,
+                            allowed_signers=allowed_signers)
     except ApprovalError as ex:
         _fail(str(ex))
     out.print(f"approved contract {record.contract_hash[:12]} (measurement {record.measurement_hash[:12]}) "
@@ -111,17 +116,23 @@ def approve(
 def ledger_verify(
     run: Annotated[Optional[str], typer.Argument(help="Run id (default: the latest run).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    allowed_signers: Annotated[Optional[Path], typer.Option(help="allowed_signers file for checkpoints.")] = None,
+    require_signed: Annotated[bool, typer.Option("--require-signed", help="Fail on unsigned checkpoints.")] = False,
 ) -> None:
-    """Check the whole hash chain of a run's ledger (and its checkpoints, if any)."""
+    """Check the whole hash chain of a run's ledger and the checkpoints that anchor it."""
     from loop.checkpoint import verify_run_ledger
 
     root = Path.cwd()
     rdir = _run_dir(root, run)
-    report = verify_run_ledger(rdir / "ledger.jsonl", root)
+    report = verify_run_ledger(rdir / "ledger.jsonl", root, allowed_signers, require_signed=require_signed)
     if as_json:
         out.print_json(report.model_dump_json())
-    elif report.ok:
-        out.print(f"ok: {report.records} records, head {report.head_hash[:16]}")
+        raise typer.Exit(0 if report.ok else 1)
+    for note in report.notes:
+        err.print(f"note: {note}")
+    if report.ok:
+        out.print(f"ok: {report.records} records, head {report.head_hash[:16]}, "
+                  f"{report.checkpoints} checkpoints agree")
     else:
         err.print(f"[bold red]ledger does not verify[/] ({report.records} records):")
         for e in report.errors:

@@ -18,7 +18,7 @@ from loop.fsutil import atomic_write_bytes
 from loop.policystore import PolicySet
 
 STATE_FILE = "state.json"
-Phase = Literal["baseline", "never", "random", "gate", "final", "done", "halted"]
+Phase = Literal["preflight", "baseline", "never", "random", "gate", "final", "done", "halted"]
 Stage = Literal["proposed", "applied", "screen", "confirm", "decided", "closed"]
 
 
@@ -75,7 +75,7 @@ class RunState(BaseModel):
     contract_hash: str
     measurement_hash: str
     origin: PolicySet
-    phase: Phase = "baseline"
+    phase: Phase = "preflight"
     tick: int = 0
     audits: int = 0
     gaps: int = 0

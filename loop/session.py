@@ -12,7 +12,7 @@ from rich.console import Console
 import prepare
 from loop.approval import ApprovalError, frozen_measurement_hash, require_approval
 from loop.contract import LoadedContract
-from loop.locks import LockedError, policy_lock, run_lock
+from loop.locks import LOCKED_EXIT_CODE, LockedError, policy_lock, run_lock
 from loop.policystore import read_policy_dir
 from loop.report import build_summary, render
 from loop.runstate import RunState
@@ -26,7 +26,8 @@ def _approval_id(loaded: LoadedContract, root: Path) -> str:
     if loaded.contract.offline:
         return "not required: every role is offline"
     approval = require_approval(loaded.contract, root)
-    return f"{approval.approver} until {approval.expires_at} ({approval.contract_hash[:12]})"
+    return (f"{approval.approver} until {approval.expires_at} (contract {approval.contract_hash[:12]}, "
+            f"measurement {approval.measurement_hash[:12]}, signed by key {approval.key_fingerprint})")
 
 
 def _approval_guard(loaded: LoadedContract, root: Path):
@@ -44,12 +45,21 @@ def _approval_guard(loaded: LoadedContract, root: Path):
 
 def _anchor(run_dir: Path, root: Path):
     """Checkpoint the ledger head in git refs (signed when SIL_SIGNING_KEY is set)."""
-    from loop.checkpoint import anchor_repo, write_checkpoint
+    from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
     from loop.sshsig import Signer
+
+    from train import Halt
 
     signer = Signer.from_env()
     repo = anchor_repo(root)
-    return lambda: write_checkpoint(run_dir / "ledger.jsonl", repo, signer)
+
+    def anchor() -> None:
+        try:
+            write_checkpoint(run_dir / "ledger.jsonl", repo, signer)
+        except CheckpointError as ex:
+            raise Halt(f"cannot anchor the ledger head: {ex}") from None
+
+    return anchor
 
 
 def start_run(loaded: LoadedContract, root: Path, run_id: str, replicate: int | None,
@@ -78,7 +88,10 @@ def start_run(loaded: LoadedContract, root: Path, run_id: str, replicate: int | 
             render(build_summary(state, records, loaded.contract), out)
             out.print(f"ledger: {run_dir / 'ledger.jsonl'}  (verify: sil ledger verify {run_id})")
             return 3 if state.phase == "halted" else 0
-    except (ApprovalError, LockedError, PolicyError, prepare.MeasurementError) as ex:
+    except LockedError as ex:
+        err.print(f"[bold red]locked:[/] {ex}")
+        return LOCKED_EXIT_CODE
+    except (ApprovalError, PolicyError, prepare.MeasurementError) as ex:
         err.print(f"[bold red]refused:[/] {ex}")
         return 2
 
