@@ -207,6 +207,9 @@ class Contract(_Strict):
             raise ValueError("the 'sim' section is only for backend 'sim'")
         if self.backend != "petri" and self.petri is not None:
             raise ValueError("the 'petri' section is only for backend 'petri'")
+        if self.backend == "petri" and self.measurement.judge_resamples != 1:
+            raise ValueError("measurement.judge_resamples must be 1 for backend 'petri': "
+                             "re-judging transcripts is not implemented there")
         if self.backend == "petri":
             unpriced = [r for r in ("auditor", "target", "judge")
                         if not getattr(self.models, r).offline and getattr(self.models, r).price is None]
