@@ -15,6 +15,7 @@ Every proposal goes through `parse_mutation`, exactly as an LLM's JSON would.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence, Set
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -145,6 +146,12 @@ def load_catalogue(path: Path = CATALOGUE_PATH) -> list[CatalogueEdit]:
     return edits
 
 
+@functools.cache
+def default_catalogue() -> tuple[CatalogueEdit, ...]:
+    """`loop/catalogue.yaml`, read once per process (edits are frozen models)."""
+    return tuple(load_catalogue(CATALOGUE_PATH))
+
+
 # --- the offline proposer --------------------------------------------------------------------
 
 
@@ -161,7 +168,7 @@ class CatalogueProposer:
     ) -> None:
         self.allowed_surfaces = list(allowed_surfaces)
         self.target_dimensions = frozenset(target_dimensions)
-        self.catalogue = list(catalogue) if catalogue is not None else load_catalogue()
+        self.catalogue = list(catalogue) if catalogue is not None else default_catalogue()
 
     def mutation_for(
         self, edit: CatalogueEdit, champion: dict[str, dict], index: int, run_seed: int
@@ -181,9 +188,9 @@ class CatalogueProposer:
         }
         return parse_mutation(raw, self.allowed_surfaces)
 
-    def eligible(
-        self, champion: dict[str, dict], tried: Set[tuple[str, str, str]], index: int, run_seed: int
-    ) -> list[tuple[CatalogueEdit, Mutation]]:
+    def open_edits(
+        self, champion: dict[str, dict], tried: Set[tuple[str, str, str]]
+    ) -> list[CatalogueEdit]:
         """Edits that are allowed, whose preconditions hold, untried, and change something."""
         out = []
         for edit in self.catalogue:
@@ -195,15 +202,20 @@ class CatalogueProposer:
             value = edit.resolve(document)
             if value == value_at(document, edit.path):
                 continue
-            if (edit.surface, edit.path, value_hash(value)) in tried:
-                continue
-            mutation = self.mutation_for(edit, champion, index, run_seed)
-            try:
-                apply_mutation(mutation, champion, self.allowed_surfaces)
-            except MutationError:
-                continue  # e.g. a list already at its size limit in an evolved champion
-            out.append((edit, mutation))
+            if (edit.surface, edit.path, value_hash(value)) not in tried:
+                out.append(edit)
         return out
+
+    def checked(
+        self, edit: CatalogueEdit, champion: dict[str, dict], index: int, run_seed: int
+    ) -> Mutation | None:
+        """The edit's Mutation if it parses and applies to the champion, else None."""
+        try:
+            mutation = self.mutation_for(edit, champion, index, run_seed)
+            apply_mutation(mutation, champion, self.allowed_surfaces)
+        except MutationError:
+            return None  # e.g. a list already at its size limit in an evolved champion
+        return mutation
 
     def propose(
         self,
@@ -213,17 +225,20 @@ class CatalogueProposer:
         index: int,
         run_seed: int,
     ) -> Mutation | None:
-        candidates = self.eligible(champion, tried, index, run_seed)
-        if not candidates:
-            return None
-        weights = np.array(
-            [
-                TARGET_WEIGHT if self.target_dimensions & edit.expected_effect.keys() else 1.0
-                for edit, _ in candidates
-            ]
-        )
-        pick = int(rng.choice(len(candidates), p=weights / weights.sum()))
-        return candidates[pick][1]
+        # Draw, then check only the drawn edit; an edit that does not apply is dropped and the
+        # draw repeated, which keeps the relative weights of the edits that do apply.
+        candidates = self.open_edits(champion, tried)
+        while candidates:
+            weights = np.array([self.weight(edit) for edit in candidates])
+            pick = int(rng.choice(len(candidates), p=weights / weights.sum()))
+            mutation = self.checked(candidates[pick], champion, index, run_seed)
+            if mutation is not None:
+                return mutation
+            del candidates[pick]
+        return None
+
+    def weight(self, edit: CatalogueEdit) -> float:
+        return TARGET_WEIGHT if self.target_dimensions & edit.expected_effect.keys() else 1.0
 
 
 # --- registry --------------------------------------------------------------------------------

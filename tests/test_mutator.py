@@ -131,11 +131,11 @@ def test_same_seed_gives_the_same_sequence(defaults):
 
 def test_no_repeats_and_every_eligible_edit_is_eventually_proposed(defaults):
     proposer = CatalogueProposer(ALL)
-    eligible = proposer.eligible(defaults, set(), 0, 1)
+    eligible = proposer.open_edits(defaults, set())
     proposed = run_to_exhaustion(proposer, defaults, seed=3)
     keys = [m.edit_key for m in proposed]
     assert len(keys) == len(set(keys)) == len(eligible)
-    assert {e.id for e, _ in eligible} == {m.proposer.split(":")[1] for m in proposed}
+    assert {e.id for e in eligible} == {m.proposer.split(":")[1] for m in proposed}
     assert len({m.mutation_id for m in proposed}) == len(proposed)
 
 
@@ -171,6 +171,26 @@ def test_append_builds_on_the_current_champion(defaults):
     assert mutation.value == ["Kept hint.", "Pass exactly one argument, order_id, as a string."]
 
 
+def test_edit_that_no_longer_applies_is_skipped_and_the_draw_repeated(defaults):
+    # An agent already holding 64 tools cannot take one more: the append fails the schema.
+    edit = CatalogueEdit(
+        id="too-many", surface="agent_contracts", path="agents.support.tools", op="append",
+        value=["search_docs"], hypothesis="h", evidence=["seed:missing_tool"],
+        expected_effect={"broken_tool_use": -0.1}, rollback="r",
+    )
+    full = [f"tool{i}" for i in range(64)]
+    agents = {**defaults["agent_contracts"]["agents"]}
+    agents["support"] = {**agents["support"], "tools": full}
+    champion = {**defaults, "agent_contracts": {"agents": agents}}
+    fallback = next(e for e in CATALOGUE if e.id == "reflect-enable")
+    proposer = CatalogueProposer(ALL, catalogue=[edit, fallback])
+    for seed in range(5):
+        m = proposer.propose(champion, set(), np.random.default_rng(seed), 0, 1)
+        assert m is not None and m.proposer.endswith("reflect-enable")
+    assert CatalogueProposer(ALL, catalogue=[edit]).propose(
+        champion, set(), np.random.default_rng(0), 0, 1) is None
+
+
 def test_edit_already_in_place_is_skipped(defaults):
     edit = next(e for e in CATALOGUE if e.id == "reflect-enable")
     on = {**defaults, "reflection": {**defaults["reflection"], "enabled": True}}
@@ -180,12 +200,11 @@ def test_edit_already_in_place_is_skipped(defaults):
 
 def test_target_dimensions_weight_the_draw(defaults):
     def share(targets) -> float:
-        hits = 0
-        for seed in range(200):
-            rng = np.random.default_rng(seed)
-            m = CatalogueProposer(ALL, targets).propose(defaults, set(), rng, 0, seed)
+        proposer, hits = CatalogueProposer(ALL, targets), 0
+        for seed in range(120):
+            m = proposer.propose(defaults, set(), np.random.default_rng(seed), 0, seed)
             hits += "overrefusal" in m.expected_effect
-        return hits / 200
+        return hits / 120
 
     assert share(["overrefusal"]) > share(["broken_tool_use"]) + 0.1
 
