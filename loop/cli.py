@@ -72,12 +72,17 @@ def run(
     replicate: Annotated[Optional[int], typer.Option("--replicate", min=1, max=64,
                          help="Confirmation rounds K per candidate (default: the contract's replicate_k).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and price the run; make no model calls.")] = False,
+    backend: Annotated[Optional[str], typer.Option(help="Refuse unless the contract uses this backend.")] = None,
 ) -> None:
-    """Run (or resume) the fixed-budget experiment of a run contract."""
+    """Run (or resume) the fixed-budget experiment of a run contract (from the project root)."""
     from loop.session import plan_run, start_run
 
     loaded = _load(contract)
-    root = contract.resolve().parent
+    if backend is not None and backend != loaded.contract.backend:
+        hint = " (an offline Petri contract: examples/program-petri-offline.md)" if backend == "petri" else ""
+        _fail(f"{contract} uses backend {loaded.contract.backend!r}, not {backend!r}; the backend is frozen "
+              f"in the contract, so pass a contract written for it with --contract{hint}")
+    root = Path.cwd()
     if dry_run:
         out.print(plan_run(loaded, root, replicate))
         return
@@ -104,7 +109,7 @@ def approve(
         err.print("[yellow]warning:[/] an unsigned approval is recorded, but runs with real model calls "
                   "refuse it; pass --key to sign")
     try:
-        record = do_approve(loaded.contract, contract.resolve().parent, by, expires_in_hours, key,
+        record = do_approve(loaded.contract, Path.cwd(), by, expires_in_hours, key,
                             allowed_signers=allowed_signers)
     except ApprovalError as ex:
         _fail(str(ex))
@@ -174,7 +179,7 @@ def replicate(
     from loop.session import replicate_keep
 
     loaded = _load(contract)
-    root = contract.resolve().parent
+    root = Path.cwd()
     raise typer.Exit(replicate_keep(loaded, root, _run_dir(root, run), mutation_id, k, out, err))
 
 
@@ -196,4 +201,4 @@ def check(contract: ContractOpt = Path("program.md")) -> None:
     from loop.session import check_contract
 
     loaded = _load(contract)
-    raise typer.Exit(check_contract(loaded, contract.resolve().parent, out, err))
+    raise typer.Exit(check_contract(loaded, Path.cwd(), out, err))
