@@ -203,16 +203,16 @@ class Contract(_Strict):
             raise ValueError("parent and revision_reason go together: a revision names both")
         if self.backend == "sim" and self.sim is None:
             raise ValueError("backend 'sim' needs a 'sim' section with its parameters")
+        if self.backend != "sim" and self.sim is not None:
+            raise ValueError("the 'sim' section is only for backend 'sim'")
+        if self.backend != "petri" and self.petri is not None:
+            raise ValueError("the 'petri' section is only for backend 'petri'")
         if self.backend == "sim":
             real = [r for r in ("auditor", "target", "judge")
                     if not getattr(self.models, r).model.startswith("sim/")]
             if real:
                 raise ValueError(f"backend 'sim' audits with its simulated roles only; models {real} "
                                  "must be sim/<role> (use backend 'petri' for real models)")
-        if self.backend != "sim" and self.sim is not None:
-            raise ValueError("the 'sim' section is only for backend 'sim'")
-        if self.backend != "petri" and self.petri is not None:
-            raise ValueError("the 'petri' section is only for backend 'petri'")
         if self.backend == "petri" and self.measurement.judge_resamples != 1:
             raise ValueError("measurement.judge_resamples must be 1 for backend 'petri': "
                              "re-judging transcripts is not implemented there")

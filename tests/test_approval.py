@@ -177,7 +177,8 @@ def _changed_contracts(contract: Contract):
 
 # Only with the other switched too, and then the contract is offline (sim): no approval needed.
 COUPLED = {("backend",), ("sim",)}
-FIXED = {("stop", "stop_on_uncertain_revert")}  # Literal[True]: no other value validates
+# No other value validates: Literal[True], and judge re-sampling is not available for petri.
+FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples")}
 
 
 def test_every_contract_field_invalidates(env) -> None:
