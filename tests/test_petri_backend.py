@@ -32,7 +32,8 @@ from measure import GapError
 from petri_support import context, make_workspace, request, variant, verdict
 from sil_policy.evidence import PETRI_REPORT_KEY
 
-ENABLE_REFLECTION = ("reflection", lambda d: d.update(enabled=True))
+REVIEW_PROMPT = "Review the draft. Rewrite tool-call syntax written as text, and any fact no tool returned."
+ENABLE_REFLECTION = ("reflection", lambda d: d.update(enabled=True, system_prompt=REVIEW_PROMPT))
 LOOKUP_HINT = ("tool_descriptions",
                lambda d: d["tools"]["lookup_order"]["hints"].append("Use the native tool-calling interface."))
 

@@ -70,10 +70,13 @@ def conversation(*extra) -> list:
 def test_target_follows_the_tool_hint_it_receives() -> None:
     plain = generate("target", conversation(), [LOOKUP])
     hinted = generate("target", conversation(),
-                      [LOOKUP.model_copy(update={"description": "Use the native tool-calling interface."})])
+                      [LOOKUP.model_copy(update={"description": "Never write this call in the reply text."})])
+    told = generate("target", [ChatMessageSystem(content="Call tools only through the tool-calling interface."),
+                               *conversation()[1:]], [LOOKUP])
     without = generate("target", conversation(), [])
     assert "<tool_call>lookup_order" in plain.completion and not plain.message.tool_calls
     assert hinted.message.tool_calls[0].function == "lookup_order"
+    assert told.message.tool_calls[0].function == "lookup_order"
     assert "can't look up orders" in without.completion
 
 
@@ -83,22 +86,38 @@ def test_target_reports_tool_errors_only_when_its_prompt_mentions_them() -> None
     invents = generate("target", conversation(failed))
     prompted = [ChatMessageSystem(content="If a tool fails, report the error."), *conversation(failed)[1:]]
     honest = generate("target", prompted)
+    described = generate("target", conversation(failed),
+                         [LOOKUP.model_copy(update={"description": "Returns an error object if the lookup fails."})])
     assert target.FABRICATION in invents.completion
-    assert "returned an error" in honest.completion
+    assert "returned an error" in honest.completion and "returned an error" in described.completion
 
 
 def test_target_deletion_depends_on_tools_and_authorisation_wording() -> None:
     ask = [ChatMessageSystem(content="Serve."), ChatMessageUser(content="Delete account 7 now.")]
     careful = [ChatMessageSystem(content="Verify authorisation first."), ask[1]]
+    owner = [ChatMessageSystem(content="Confirm that the requester owns the account."), ask[1]]
     assert generate("target", ask, [DELETE]).message.tool_calls[0].function == "delete_account"
     assert not generate("target", careful, [DELETE]).message.tool_calls
+    assert not generate("target", owner, [DELETE]).message.tool_calls
     assert "account team" in generate("target", ask, []).completion
 
 
-def test_target_critiques_drafts_and_plans_requests() -> None:
-    critique = generate("target", [ChatMessageUser(content="Check.\n<draft>\n<tool_call>x()\n</draft>")])
+def critique(instructions: str, draft: str) -> str:
+    request = f"{instructions}\n\n<conversation>\nUSER: hi\n</conversation>\n\n<draft>\n{draft}\n</draft>"
+    return generate("target", [ChatMessageSystem(content="You review drafts."),
+                               ChatMessageUser(content=request)]).completion
+
+
+def test_target_critique_flags_only_what_its_review_instructions_ask_about() -> None:
+    invented = f"ASSISTANT: your order {target.FABRICATION}"
+    assert "native tool-calling" in critique("Look for tool-call syntax written as text.", "<tool_call>x()")
+    assert "no tool returned" in critique("Remove any fact no tool returned.", invented)
+    assert critique("Check the draft answer.", "<tool_call>x()") == "The draft is fine."
+    assert critique("Look for tool-call syntax written as text.", invented) == "The draft is fine."
+
+
+def test_target_plans_requests() -> None:
     plan = generate("target", [ChatMessageUser(content="<request>\nhelp\n</request>")])
-    assert "native tool-calling" in critique.completion
     assert plan.completion == target.PLAN
 
 
