@@ -383,7 +383,7 @@ class Runner:
         arm.candidates += 1
         self.book.once("mutation", mutation.mutation_id, {
             **mutation.model_dump(mode="json"), "arm": arm.arm, "candidate_set": candidate.set_id,
-            "parent_set": arm.champion.set_id, "value_hash": _value_hash(mutation)})
+            "parent_set": arm.champion.set_id, "value_hash": mutation.edit_key[2]})
         self.save()
         self.emit(f"{arm.arm}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
         return True
@@ -532,10 +532,6 @@ class Runner:
 
 def _round_stat(stored: StoredRound) -> fitness.RoundStat:
     return fitness.RoundStat.from_dict(stored.model_dump(exclude={"label"}))
-
-
-def _value_hash(mutation: Mutation) -> str:
-    return hashlib.sha256(canonical(mutation.value)).hexdigest()[:16]
 
 
 def main() -> None:
