@@ -28,7 +28,7 @@ import numpy as np
 import fitness
 import gate as gates
 import measure
-from ledger import Ledger, canonical
+from ledger import Ledger
 from loop.contract import LoadedContract
 from loop.mutation import Mutation, apply_mutation
 from loop.mutator import make_proposer
