@@ -272,6 +272,8 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
     """Run one audit to completion; every failure becomes a gap result with its reason."""
     start = time.monotonic()
     req.audit_dir.mkdir(parents=True, exist_ok=True)
+    # Tools that search for .env from the working directory upward stop at this empty one.
+    (req.audit_dir / ".env").write_text("")
     evidence: Evidence | None = None
     try:
         copies = _copy_policies(req)
