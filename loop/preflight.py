@@ -5,8 +5,8 @@ file with a unique marker added (a section, a name, a line of text), so its hash
 cheap audit (the contract's backend, models and settings, on the first frozen seed only) runs
 with all sentinels in place; a surface passes when the runtime reported the sentinel's hash
 for it. A loader that is not connected to its OVERRIDE path reports another hash, and the
-surface fails with a message that names it. An audit that yields no readable evidence fails
-every probe: unknown is not a pass.
+surface fails with a message that names it. An audit that yields no trustworthy report of
+what was loaded makes the probe inconclusive (`gap_reason`): unknown is not a pass.
 
     report = run_preflight(ctx, champion_dir, work_dir)
     if not report.passed:
@@ -43,7 +43,12 @@ class SurfaceProbe(BaseModel):
 
 
 class PreflightReport(BaseModel):
-    """What the probe sent and saw, per surface; `passed` only if every probe passed."""
+    """What the probe sent and saw, per surface.
+
+    `gap_reason` is set when the probe is inconclusive (the audit gave no trustworthy report
+    of what was loaded): retry it like any gap. With `gap_reason` None, the probes are the
+    verdict: `passed`, or a wiring failure named in the failed probes' messages.
+    """
 
     model_config = ConfigDict(frozen=True)
     audit_id: str
@@ -51,20 +56,26 @@ class PreflightReport(BaseModel):
     token: str
     probes: list[SurfaceProbe]
     gap_reason: str | None = None
+    audit_gap_reason: str | None = None
     log_path: str | None = None
     usage: Usage = Usage()
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def passed(self) -> bool:
-        return bool(self.probes) and all(p.passed for p in self.probes)
+        return self.gap_reason is None and bool(self.probes) and all(p.passed for p in self.probes)
 
     def summary(self) -> str:
-        head = "wiring preflight passed" if self.passed else "wiring preflight FAILED: refusing to run"
+        if self.passed:
+            head = "wiring preflight passed"
+        elif self.gap_reason:
+            head = "wiring preflight inconclusive (audit gap): refusing to run"
+        else:
+            head = "wiring preflight FAILED: refusing to run"
         lines = [f"{head} ({self.backend}, audit {self.audit_id})"]
         lines += [f"  {'ok  ' if p.passed else 'FAIL'} {p.message}" for p in self.probes]
-        if self.gap_reason:
-            lines.append(f"  audit gap: {self.gap_reason}")
+        if self.audit_gap_reason:
+            lines.append(f"  audit gap: {self.audit_gap_reason}")
         return "\n".join(lines)
 
 
@@ -127,8 +138,12 @@ def run_preflight(ctx: MeasureContext, champion_dir: Path, work_dir: Path,
     result = measure.run_audit(req, small, backend)
     seen = result.loaded_policy_hashes if result.ok else _reported_hashes(req, small, backend)
     probes = [_probe(s, sent[s], seen.get(s)) for s in surfaces]
+    # a gap whose evidence shows a surface loading the wrong file is a wiring verdict, not a gap
+    miswired = any(p.seen_hash is not None and not p.passed for p in probes)
     return PreflightReport(audit_id=req.audit_id, backend=backend.name, token=token, probes=probes,
-                           gap_reason=result.gap_reason, log_path=result.log_path, usage=result.usage)
+                           gap_reason=None if result.ok or miswired else result.gap_reason,
+                           audit_gap_reason=result.gap_reason, log_path=result.log_path,
+                           usage=result.usage)
 
 
 def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> dict[str, str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import measure
 from loop.contract import load_contract
 from loop.preflight import run_preflight, sentinel_document
 from measure import GapError, MeasureContext
@@ -65,7 +66,10 @@ def test_a_disconnected_loader_fails_with_its_name(sim_ctx: MeasureContext, work
     assert [p.surface for p in failed] == ["decomposition"]
     assert failed[0].seen_hash == default_document("decomposition")[1]
     assert "not connected to SIL_POLICY_DECOMPOSITION_OVERRIDE" in failed[0].message
+    assert report.gap_reason is None  # a wiring verdict, not an inconclusive probe to retry
+    assert "did not load the sent policy" in report.audit_gap_reason
     assert "FAILED: refusing to run" in report.summary()
+    assert report.model_dump()["passed"] is False  # recorded as such in the ledger
 
 
 class NoEvidenceBackend:
@@ -82,7 +86,29 @@ class NoEvidenceBackend:
 def test_an_audit_without_evidence_fails_every_probe(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
     report = run_preflight(sim_ctx, workspace / "state" / "policies", tmp_path / "pf", backend=NoEvidenceBackend())
     assert not report.passed and all(not p.passed and p.seen_hash is None for p in report.probes)
-    assert "exited 3" in report.gap_reason
+    assert "exited 3" in report.gap_reason  # inconclusive: the caller may retry
+    assert "inconclusive" in report.summary()
+
+
+class WrongSeedsBackend:
+    """Reports exactly the sent hashes, but for a seed set other than the frozen one."""
+
+    name = "wrong-seeds"
+    simulated = True
+
+    def command(self, req, ctx):
+        sample = {"seed_id": "not_a_frozen_seed", "scores": {}, "policy_hashes": req.policy_hashes}
+        evidence = {"backend": self.name, "simulated": True, "runtime": "test", "samples": [sample]}
+        return [sys.executable, "-c", f"open('evidence.json', 'w').write({json.dumps(evidence)!r})"]
+
+    def read_evidence(self, req, ctx):
+        return measure.read_evidence_file(req.audit_dir / "evidence.json")
+
+
+def test_right_hashes_in_an_untrusted_audit_are_not_a_pass(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
+    report = run_preflight(sim_ctx, workspace / "state" / "policies", tmp_path / "pf", backend=WrongSeedsBackend())
+    assert all(p.seen_hash == p.sent_hash for p in report.probes)
+    assert not report.passed and "differ from the frozen seeds" in report.gap_reason
 
 
 def test_reference_runtime_under_petri_passes_for_all_seven(tmp_path: Path) -> None:
@@ -100,3 +126,4 @@ def test_reference_runtime_under_petri_names_a_disconnected_loader(tmp_path: Pat
     failed = [p for p in report.probes if not p.passed]
     assert [p.surface for p in failed] == ["skill_catalog"]
     assert "not connected to SIL_POLICY_SKILL_CATALOG_OVERRIDE" in failed[0].message
+    assert report.gap_reason is None and not report.passed
