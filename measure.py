@@ -136,6 +136,7 @@ class SimBackend:
             "--tick", str(req.tick),
             "--pair-key", req.pair_key or req.audit_id,
             "--audit-id", req.audit_id,
+            "--judge-resamples", str(ctx.contract.measurement.judge_resamples),
         ]
 
     def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:

@@ -160,6 +160,9 @@ class SimParams(_Strict):
     drift_corr_audits: Annotated[float, Field(gt=0)] = 20.0
     drift_trend: float = 0.0
     pair_correlation: Annotated[float, Field(ge=0, le=1)] = 0.0
+    # Share of the per-seed noise variance that comes from the judge (the rest is the rollout);
+    # only this share shrinks when measurement.judge_resamples > 1.
+    judge_noise_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
     effect_heterogeneity: Annotated[float, Field(ge=0)] = 0.5
     p_missing_cell: Annotated[float, Field(ge=0, le=1)] = 0.05
     p_missing_dimension: Annotated[float, Field(ge=0, le=1)] = 0.03

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 import prepare
 from loop.contract import SimParams
-from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence
+from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence, Usage
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
 from sil_runtime.sim.world import World, keyed_rng
@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tick", type=int, required=True, help="audit clock (drift time)")
     ap.add_argument("--pair-key", required=True, help="shared by both arms of a paired round")
     ap.add_argument("--audit-id", required=True, help="this audit's own key")
+    ap.add_argument("--judge-resamples", type=int, default=1, help="judge calls per transcript, averaged")
     return ap.parse_args(argv)
 
 
@@ -80,7 +81,7 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
     except ValueError as ex:
         raise BadInput(str(ex)) from None
     theta = latent_field(policies.documents, dims, target, critical, len(seeds), params)
-    scores = world.audit(theta, args.tick, args.pair_key, args.audit_id)
+    scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)
     samples = [
         SampleEvidence(
             seed_id=seed.id,
@@ -95,7 +96,8 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
              f"landscape_seed {params.landscape_seed}", *policies.warnings]
     if dropped:
         notes.append(f"simulated judge returned no score for dimension(s) {dropped}")
-    return Evidence(backend="sim", simulated=True, runtime=RUNTIME, samples=samples, notes=notes)
+    calls = Usage(model_calls=len(seeds) * (2 + args.judge_resamples))  # auditor, target, judge(s)
+    return Evidence(backend="sim", simulated=True, runtime=RUNTIME, samples=samples, notes=notes, usage=calls)
 
 
 def write_evidence(evidence: Evidence, audit_dir: Path) -> Path:

@@ -108,14 +108,28 @@ class World:
         self._ou_path = np.array(path)
 
     # ---------------------------------------------------------------- audits
-    def audit(self, theta: np.ndarray, tick: int, pair_key: str, own_key: str) -> np.ndarray:
-        """Scores [n_seeds, D] of one audit of the policy field `theta` at `tick`; NaN = missing."""
+    def audit(self, theta: np.ndarray, tick: int, pair_key: str, own_key: str,
+              judge_resamples: int = 1) -> np.ndarray:
+        """Scores [n_seeds, D] of one audit of the policy field `theta` at `tick`; NaN = missing.
+
+        With `judge_resamples` k > 1 the judge scores the same transcript k times and the
+        scores are averaged: only the judge's share of the noise (`judge_noise_share`) shrinks,
+        and the expected score is unchanged.
+        """
         if theta.shape != self.shape:
             raise ValueError(f"theta has shape {theta.shape}, expected {self.shape}")
+        if judge_resamples < 1:
+            raise ValueError(f"judge_resamples must be >= 1, got {judge_resamples}")
         p = self.params
         own = keyed_rng(p.world_seed, "own", own_key)
         batch, noise = self._batch_and_noise(own)
+        j = p.judge_noise_share
+        judge = np.zeros((judge_resamples, *self.shape))
+        if j > 0.0:
+            judge = math.sqrt(j) * p.noise_scale * own.standard_t(p.noise_df, judge.shape)
+            noise = math.sqrt(1.0 - j) * noise
         r = p.pair_correlation
+        c = 1.0
         if r > 0.0:
             pair = keyed_rng(p.world_seed, "pair", pair_key)
             shared_batch, shared_noise = self._batch_and_noise(pair)
@@ -123,7 +137,7 @@ class World:
             batch = a * shared_batch + c * batch
             noise = a * shared_noise + c * noise
         eta = self._base + theta + (batch + self.loading * self.drift(tick)) + noise
-        scores = np.clip(np.rint(eta), SCORE_MIN, SCORE_MAX)
+        scores = np.clip(np.rint(eta[None] + c * judge), SCORE_MIN, SCORE_MAX).mean(axis=0)
         missing = own.random(self.shape) < p.p_missing_cell
         if own.random() < p.p_missing_dimension:
             missing[:, own.integers(self.shape[1])] = True
@@ -151,7 +165,7 @@ class World:
         if self._ey_table is None:
             p = self.params
             self._ey_table = _expected_score_table(
-                p.batch_sd, p.noise_scale, p.noise_df, p.pair_correlation)
+                p.batch_sd, p.noise_scale, p.noise_df, p.pair_correlation, p.judge_noise_share)
         return np.interp(latent, _LATENT_GRID, self._ey_table)
 
 
@@ -162,14 +176,15 @@ def _scaled_t_density(x: np.ndarray, scale: float, df: float) -> np.ndarray:
 
 
 def _noise_cdf(batch_sd: float, noise_scale: float, noise_df: float,
-               pair_correlation: float) -> tuple[np.ndarray, np.ndarray]:
+               pair_correlation: float, judge_share: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """CDF of the total audit noise b_k + eps on a grid (the pair-correlated mix included)."""
     x = np.arange(-_NOISE_HALF_WIDTH, _NOISE_HALF_WIDTH + _NOISE_STEP / 2, _NOISE_STEP)
     parts = []
     if batch_sd > 0:
         parts.append(np.exp(-0.5 * (x / batch_sd) ** 2))
-    r = pair_correlation
-    for weight in (math.sqrt(r), math.sqrt(1.0 - r)):
+    r, j = pair_correlation, judge_share
+    own = math.sqrt(1.0 - r)
+    for weight in (math.sqrt(r), own * math.sqrt(1.0 - j), own * math.sqrt(j)):
         if weight > 0:
             parts.append(_scaled_t_density(x, weight * noise_scale, noise_df))
     n_fft = 1 << int(math.ceil(math.log2(len(x) * len(parts))))
@@ -186,9 +201,9 @@ def _noise_cdf(batch_sd: float, noise_scale: float, noise_df: float,
 
 @functools.lru_cache(maxsize=16)
 def _expected_score_table(batch_sd: float, noise_scale: float, noise_df: float,
-                          pair_correlation: float) -> np.ndarray:
+                          pair_correlation: float, judge_share: float = 0.0) -> np.ndarray:
     """E[Y | m] on _LATENT_GRID; depends only on the noise parameters, so shared by worlds."""
-    x, cdf = _noise_cdf(batch_sd, noise_scale, noise_df, pair_correlation)
+    x, cdf = _noise_cdf(batch_sd, noise_scale, noise_df, pair_correlation, judge_share)
     thresholds = np.arange(1, 10) + 0.5  # Y >= j + 1  <=>  eta >= j + 0.5
     below = np.interp(thresholds[None, :] - _LATENT_GRID[:, None], x, cdf, left=0.0, right=1.0)
     table = 1.0 + (1.0 - below).sum(axis=1)
