@@ -137,7 +137,7 @@ def write_checkpoint(ledger_path: Path, repo_dir: Path, signer: Signer | None,
         reason = "; ".join(report.errors[:3]) or "it is empty"
         raise CheckpointError(f"refusing to anchor {ledger_path}: {reason}")
     run_id = run_id or _first_run_id(data)
-    git = _Git(repo_dir)
+    git = GitPlumbing(repo_dir)
     ref = checkpoint_ref(run_id)
     old = git.resolve(ref)
     # Each checkpoint was checked against the one before, so the latest one suffices here.
@@ -161,7 +161,7 @@ def write_checkpoint(ledger_path: Path, repo_dir: Path, signer: Signer | None,
 
 def read_checkpoints(repo_dir: Path, run_id: str) -> list[Checkpoint]:
     """All checkpoints of a run, oldest first (empty when none were written)."""
-    git = _Git(repo_dir)
+    git = GitPlumbing(repo_dir)
     ref = checkpoint_ref(run_id)
     if git.resolve(ref) is None:
         return []
@@ -253,8 +253,11 @@ def _signature_errors(checkpoints: list[Checkpoint], allowed: Path) -> list[str]
     return errors
 
 
-class _Git:
-    """Plumbing-only git access: objects and one ref, never the index or work tree."""
+class GitPlumbing:
+    """Plumbing-only git access (objects and refs under refs/sil), never the index or work tree.
+
+    Used for checkpoints here and for the policy history in `loop/policyrefs.py`.
+    """
 
     def __init__(self, repo_dir: Path) -> None:
         self.repo = Path(repo_dir)
@@ -263,19 +266,33 @@ class _Git:
             raise CheckpointError(f"{self.repo} is not a git repository: checkpoints are "
                                   "stored as git refs; run `git init` there or pick the repo")
 
-    def run(self, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def run(self, *args: str, data: bytes | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
         try:
             return subprocess.run(["git", *GIT_DURABLE, "-C", str(self.repo), *args], input=data,
-                                  capture_output=True, env=self.env, timeout=GIT_TIMEOUT_S,
-                                  check=False)
+                                  capture_output=True, env={**self.env, **(env or {})},
+                                  timeout=GIT_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as ex:
             raise CheckpointError(f"git {args[0]} failed: {ex}") from None
 
-    def out(self, *args: str, data: bytes | None = None) -> str:
-        proc = self.run(*args, data=data)
+    def out(self, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> str:
+        proc = self.run(*args, data=data, env=env)
         if proc.returncode != 0:
             raise CheckpointError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
         return proc.stdout.decode().strip()
+
+    def tree(self, files: dict[str, bytes]) -> str:
+        """A flat tree of regular files (written as blobs), by name."""
+        entries = "".join(f"100644 blob {self.blob(data)}\t{name}\n" for name, data in sorted(files.items()))
+        return self.out("mktree", data=entries.encode())
+
+    def commit(self, tree: str, message: str, parents: list[str], date: str | None = None) -> str:
+        """`commit-tree`; with a fixed `date` the same inputs always give the same commit id."""
+        args = ["commit-tree", "--no-gpg-sign", tree, "-m", message]
+        for parent in parents:
+            args += ["-p", parent]
+        env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date} if date else None
+        return self.out(*args, env=env)
 
     def resolve(self, ref: str) -> str | None:
         proc = self.run("rev-parse", "--verify", "--quiet", ref + "^{commit}")
@@ -290,13 +307,8 @@ class _Git:
                  META_FILE: (json.dumps(meta, sort_keys=True, indent=1) + "\n").encode()}
         if cp.signature:
             files[SIG_FILE] = cp.signature.encode()
-        entries = "".join(f"100644 blob {self.blob(data)}\t{name}\n" for name, data in sorted(files.items()))
-        tree = self.out("mktree", data=entries.encode())
         message = f"sil checkpoint {cp.run_id} seq {cp.seq}\n\nLedger-Head: {cp.seq}:{cp.head_hash}\n"
-        args = ["commit-tree", "--no-gpg-sign", tree, "-m", message]
-        if parent:
-            args[2:2] = ["-p", parent]
-        return self.out(*args)
+        return self.commit(self.tree(files), message, [parent] if parent else [])
 
     def update_ref(self, ref: str, new: str, old: str | None) -> None:
         """Compare-and-swap: fails if another writer moved the ref since we read it."""
