@@ -152,9 +152,16 @@ class Runner:
         results = [AuditResult.model_validate_json((r.audit_dir / "result.json").read_bytes()) for r in reqs]
         for (role, ps), res in zip(sets, results, strict=True):
             self._record_audit(arm, label, role, ps, planned.tick, res)
-        self.state.planned = None
         self.save()
         return results
+
+    def round_consumed(self) -> None:
+        """Forget the planned round once its outcome is in the state (saved by the caller).
+
+        Until then a resumed run re-derives the same round from its stored audit results
+        instead of planning (and paying for) a new one.
+        """
+        self.state.planned = None
 
     def _request(self, label: str, role: str, ps: PolicySet, tick: int) -> AuditRequest:
         audit_id = f"{label}-{role}"
@@ -288,6 +295,7 @@ class Runner:
         self.emit(f"baseline: {k} audits of the starting policy {origin.set_id}")
         results = self.run_batch("baseline", "baseline", "baseline", [(f"k{i}", origin) for i in range(k)])
         self.state.baseline = [r.audit_id for r in results if r.ok]
+        self.round_consumed()
         means, counts = {}, {}
         for dim in self.ctx.dimensions:
             vals = [v for r in results if r.ok for v in [r.scores.get(s, {}).get(dim) for s in self.ctx.seed_ids] if v is not None]
@@ -310,7 +318,9 @@ class Runner:
                 break
             label = self.next_label(f"never-aa{len(self.state.aa_rounds):03d}")
             stat = self.paired_round("never", label, "aa", self.state.origin, self.state.origin)
+            self.round_consumed()
             if stat is None:
+                self.save()
                 continue
             pool.add_aa(_round_stat(stat))
             self.state.aa_rounds.append(stat)
@@ -368,9 +378,10 @@ class Runner:
 
     def propose(self, arm: ArmState) -> bool:
         champion_docs = self.store.documents(arm.champion)
-        tried = {(r.payload["surface"], r.payload["path"], r.payload["value_hash"])
-                 for r in self.book.of_type("mutation") if r.payload.get("arm") == arm.arm}
         index = arm.candidates
+        tried = {(r.payload["surface"], r.payload["path"], r.payload["value_hash"])
+                 for r in self.book.of_type("mutation")
+                 if r.payload.get("arm") == arm.arm and r.payload.get("index", -1) < index}
         rng = np.random.default_rng([self.contract.seed, ARM_ORDER.index(arm.arm), index])
         mutation = self.proposer.propose(champion_docs, tried, rng, index, self.contract.seed)
         if mutation is None:
@@ -382,7 +393,7 @@ class Runner:
                               parent=arm.champion, candidate=candidate)
         arm.candidates += 1
         self.book.once("mutation", mutation.mutation_id, {
-            **mutation.model_dump(mode="json"), "arm": arm.arm, "candidate_set": candidate.set_id,
+            **mutation.model_dump(mode="json"), "arm": arm.arm, "index": index, "candidate_set": candidate.set_id,
             "parent_set": arm.champion.set_id, "value_hash": mutation.edit_key[2]})
         self.save()
         self.emit(f"{arm.arm}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
@@ -418,6 +429,7 @@ class Runner:
             return
         kind = "random" if arm.arm == "random" else ("screen" if p.stage == "applied" else "confirm")
         stat = self.paired_round(arm.arm, self.next_label(prefix), kind, p.candidate, p.parent, mutation.mutation_id)
+        self.round_consumed()
         p.round_no += 1
         if stat is None:
             return
@@ -472,7 +484,7 @@ class Runner:
         p = arm.pending
         p.verdict, p.reason, p.stage = verdict, reason, "decided"
         budget = gates.ErrorBudget.model_validate(self.state.error_budget)
-        if arm.arm == "gate" and p.alpha is not None and not self.book.has("verdict", p.mutation["mutation_id"]):
+        if arm.arm == "gate" and p.alpha is not None:
             budget = budget.record(p.alpha, verdict == "keep")
             self.state.error_budget = budget.model_dump(mode="json")
         self.book.once("verdict", p.mutation["mutation_id"], VerdictRecord(
@@ -523,6 +535,8 @@ class Runner:
                     break
                 label = self.next_label(f"final-{name}-{len(arm.final_rounds):02d}")
                 stat = self.paired_round("final", label, "final", arm.champion, self.state.origin)
+                self.round_consumed()
+                self.save()
                 if stat is not None:
                     arm.final_rounds.append(stat)
                     self.book.once("round", label, RoundRecord(arm=name, round=label, kind="final",

@@ -84,8 +84,9 @@ def replicate(loaded: LoadedContract, root: Path, run_dir: Path, mutation_id: st
     rounds = []
     done = len(runner.book.of_type("replicate"))
     for i in range(k):
-        label = runner.next_label(f"replicate{done:02d}-{mutation_id}-r{i:02d}")
+        label = f"replicate{done:02d}-{mutation_id}-r{i:02d}"  # stable: a re-run reuses finished audits
         stat = runner.paired_round("replicate", label, "replicate", cand, parent, mutation_id)
+        runner.round_consumed()
         if stat is not None:
             rounds.append(stat)
     return _conclude(runner, keep.payload["arm"], mutation_id, rounds, done, cand, parent)
