@@ -6,6 +6,14 @@ OVERRIDE path to a read-only copy of the policy file plus STRICT=1. Its evidence
 only if the runtime reports the exact policy hashes the loop sent; a missing, unreadable or
 untrusted output is a *gap* with a reason, never a score.
 
+Every launch is logged in `<audit_dir>/attempts` (one JSON line per event: `launch` by the
+loop before it starts the process, `start` with the process id and `exit` with its status
+by a small shell wrapper around the audit command, `kill` by the loop before it kills it).
+A loop that died mid-audit leaves the audit running in its own process group; on resume,
+`loop.attempts.await_attempt` reads that log and finds out what happened: finished (score
+its evidence, never re-run it), still running (wait, bounded by the audit timeout), timed
+out, dead without finishing (re-run it), or unknown (halt: the loop cannot tell).
+
     results = run_audits([AuditRequest(...), ...], MeasureContext.from_contract(contract, root))
 """
 
@@ -27,7 +35,10 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import prepare
+from loop import attempts
+from loop.attempts import AuditStateUnknown
 from loop.contract import Contract
+from loop.faults import crashpoint
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, Usage
 
@@ -196,18 +207,27 @@ def _copy_policies(req: AuditRequest) -> dict[str, Path]:
     return copies
 
 
-def _run_process(cmd: list[str], req: AuditRequest, env: dict[str, str], timeout: float) -> int:
+def _run_process(cmd: list[str], req: AuditRequest, env: dict[str, str], timeout: float,
+                 attempt: int) -> int:
     with open(req.audit_dir / "stdout.log", "wb") as out, open(req.audit_dir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=req.audit_dir, env=env, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        attempts.log_launch(req.audit_dir, attempt)
+        proc = subprocess.Popen(attempts.wrap(cmd, attempt), cwd=req.audit_dir, env=env, stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        crashpoint("audit.running")
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            attempts.log_kill(req.audit_dir, attempt, "timeout")
             _kill_group(proc)
-            raise GapError(f"audit timed out after {timeout:g}s; its process group was killed") from None
+            raise GapError(_timeout_reason(timeout)) from None
         except BaseException:
+            attempts.log_kill(req.audit_dir, attempt, "interrupted")
             _kill_group(proc)
             raise
+
+
+def _timeout_reason(timeout: float) -> str:
+    return f"audit timed out after {timeout:g}s; its process group was killed"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -270,21 +290,38 @@ def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: f
 
 
 def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:
-    """Run one audit to completion; every failure becomes a gap result with its reason."""
+    """Run one audit to completion; every failure becomes a gap result with its reason.
+
+    An attempt left by a loop that died is finished first: its result is scored (a finished
+    audit is never run twice), a running one is awaited, a dead one is set aside and re-run.
+    Raises `AuditStateUnknown` when what the last attempt did cannot be established.
+    """
     start = time.monotonic()
     req.audit_dir.mkdir(parents=True, exist_ok=True)
+    timeout = ctx.contract.measurement.audit_timeout_s
+    prior = attempts.await_attempt(req.audit_dir, timeout)
+    if prior.state == "unknown":
+        raise AuditStateUnknown(f"audit {req.audit_id}: {prior.detail}")
+    if prior.state == "died":
+        attempts.set_aside(req.audit_dir, prior.attempt)
     # Tools that search for .env from the working directory upward stop at this empty one.
     (req.audit_dir / ".env").write_text("")
     evidence: Evidence | None = None
     try:
-        copies = _copy_policies(req)
-        cmd = backend.command(req, ctx)
-        env = audit_env(req, ctx, copies)
-        rc = _run_process(cmd, req, env, ctx.contract.measurement.audit_timeout_s)
+        if prior.state == "timed_out":
+            raise GapError(_timeout_reason(timeout))
+        if prior.state == "finished":
+            rc = prior.rc
+        else:
+            copies = _copy_policies(req)
+            cmd = backend.command(req, ctx)
+            env = audit_env(req, ctx, copies)
+            rc = _run_process(cmd, req, env, timeout, prior.attempt + 1)
         if rc != 0:
             raise GapError(f"audit process exited {rc}: {_stderr_tail(req)}")
         evidence = backend.read_evidence(req, ctx)
-        return score_evidence(req, ctx, evidence, time.monotonic() - start)
+        wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
+        return score_evidence(req, ctx, evidence, wall)
     except GapError as gap:
         return AuditResult(audit_id=req.audit_id, status="gap", gap_reason=str(gap),
                            wall_s=round(time.monotonic() - start, 3), simulated=backend.simulated,
