@@ -121,9 +121,9 @@ class Runner:
         """Why `n` more audits may not start, or None if they may."""
         b = self.contract.budget
         if self.state.audits + n > b.max_audits:
-            return f"run audit budget ({b.max_audits}) reached"
+            return f"run budget ({b.max_audits} audits) spent"
         if arm is not None and arm in b.arm_audits and self.state.arms[arm].audits + n > b.arm_audits[arm]:
-            return f"{arm} arm audit budget ({b.arm_audits[arm]}) reached"
+            return f"arm budget ({b.arm_audits[arm]} audits) spent"
         if self.state.elapsed_s + (time.monotonic() - self.session_start) > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
         per_audit = self.state.usd / max(1, self.state.audits)
@@ -329,6 +329,7 @@ class Runner:
                            diff=stat.diff, n_seeds=stat.n_seeds))
             self.save()
         est = pool.estimate()
+        arm.stop_reason = arm.stop_reason or f"{len(self.state.aa_rounds)} A/A pairs measured"
         self.book.once("noise", "calibration", {"estimate": est.model_dump(mode="json"),
                        "pairs": len(self.state.aa_rounds), "source": "never arm A/A pairs"})
         arm.done = True

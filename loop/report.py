@@ -109,26 +109,45 @@ def _fmt(x: float | None, nd: int = 3) -> str:
     return "—" if x is None else f"{x:+.{nd}f}"
 
 
+def conclusion(s: Summary) -> str:
+    """One honest sentence about the gate arm's result."""
+    gate_arm = next((a for a in s.arms if a.arm == "gate"), None)
+    if gate_arm is None:
+        return "conclusion: no gate arm in this run"
+    if not gate_arm.changed:
+        return ("conclusion: no candidate passed the gate — no clear improvement at this noise level "
+                f"({gate_arm.candidates} tried)")
+    if gate_arm.target_change is None:
+        return "conclusion: the gate kept a change, but it was not re-measured against the start"
+    m, lo, hi = gate_arm.target_change
+    if hi < 0:
+        return f"conclusion: the gate champion improves {s.target} by {-m:.2f} (interval excludes 0)"
+    return (f"conclusion: the gate kept {gate_arm.keeps} change(s), but the re-measured difference "
+            f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] does not exclude no improvement")
+
+
 def render(s: Summary, console: Console) -> None:
     table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
-    for col in ("arm", "audits", "candidates", "KEEPs", f"final Δ {s.target} vs start [{INTERVAL_LEVEL:.0%} CI]",
+    for col in ("arm", "audits", "cand.", "KEEP", f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI)",
                 "worst critical Δ", "stopped because"):
         table.add_column(col)
     for a in s.arms:
         if not a.changed:
-            change = "unchanged (champion is the starting policy)"
+            change = "0 (unchanged)"
         elif a.target_change is None:
-            change = "changed; not re-measured"
+            change = "changed, not re-measured"
         else:
             m, lo, hi = a.target_change
-            change = f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-        worst = "—" if a.worst_critical is None else f"{a.worst_critical[0]} {a.worst_critical[1]:+.3f}"
+            change = f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+        worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
         table.add_row(a.arm, str(a.audits), str(a.candidates), str(a.keeps), change, worst, a.stop_reason or "")
     console.print(table)
     sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
     console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
-    console.print(f"drift of {s.target}: baseline {_fmt(s.baseline_mean, 2)} → never arm {_fmt(s.never_mean, 2)}"
+    level = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
+    console.print(f"drift of {s.target}: baseline {level(s.baseline_mean)} → never arm {level(s.never_mean)}"
                   f" ({_fmt(s.drift, 2)} with no change at all)")
+    console.print(conclusion(s))
     console.print(f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations")
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
     if s.halt_reason:
