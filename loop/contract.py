@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sil_policy import SURFACES
+from sil_policy import SURFACES, describe_validation_errors
 
 Backend = Literal["sim", "petri"]
 Arm = Literal["never", "random", "gate"]
@@ -313,7 +313,7 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     try:
         contract = Contract.model_validate(data)
     except ValidationError as ex:
-        raise ContractError(f"{path}: invalid contract:\n{format_errors(ex)}") from None
+        raise ContractError(f"{path}: invalid contract:\n{describe_validation_errors(ex, "(contract)")}") from None
     return LoadedContract(contract=contract, programme=prose.strip(), path=path)
 
 
@@ -347,10 +347,3 @@ def load_contract(path: Path) -> LoadedContract:
         raise ContractError(f"contract {path} is not UTF-8 text") from None
     return parse_contract(text, str(path))
 
-
-def format_errors(err: ValidationError) -> str:
-    out = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(contract)"
-        out.append(f"  {where}: {e['msg']}")
-    return "\n".join(out)

@@ -37,7 +37,10 @@ from pydantic import (
     model_validator,
 )
 
-from sil_policy import HYPERPARAMETER_KEYS, SURFACES, PolicyError, validate_document
+from sil_policy import (
+    HYPERPARAMETER_KEYS, SURFACES, DuplicateKeyError, PolicyError, describe_validation_errors,
+    reject_duplicate_keys, validate_document,
+)
 from sil_policy.format import MAX_ITEMS, MAX_TEXT
 
 SIGN_CONVENTION = (
@@ -344,19 +347,6 @@ def mutation_id_for(seed: int, index: int, surface: str, path: str, value: Any) 
 # --- parse -----------------------------------------------------------------------------------
 
 
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def _finite_float(text: str) -> float:
     number = float(text)
     if number != number or number in (float("inf"), float("-inf")):
@@ -379,12 +369,12 @@ def _decode(raw: Any) -> dict[str, Any]:
         raise MutationError(f"mutation is {len(raw)} bytes; at most {MAX_MUTATION_BYTES}")
     try:
         data = json.loads(
-            bytes(raw).decode("utf-8"), object_pairs_hook=_unique_object,
+            bytes(raw).decode("utf-8"), object_pairs_hook=reject_duplicate_keys,
             parse_float=_finite_float, parse_constant=_no_constant,
         )
     except UnicodeDecodeError as ex:
         raise MutationError(f"mutation is not UTF-8 text: {ex.reason} at byte {ex.start}") from None
-    except _DuplicateKey as ex:
+    except DuplicateKeyError as ex:
         raise MutationError(f"mutation JSON repeats the key {ex.args[0][:80]!r}") from None
     except json.JSONDecodeError as ex:
         raise MutationError(f"mutation is not valid JSON: {ex}") from None
@@ -395,14 +385,6 @@ def _decode(raw: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise MutationError(f"a mutation is a JSON object, not {type(data).__name__}")
     return data
-
-
-def _format_errors(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(mutation)"
-        lines.append(f"  {where}: {e['msg'].removeprefix('Value error, ')}")
-    return "\n".join(lines)
 
 
 def parse_mutation(raw: str | bytes | dict, allowed_surfaces: Sequence[str]) -> Mutation:
@@ -417,7 +399,7 @@ def parse_mutation(raw: str | bytes | dict, allowed_surfaces: Sequence[str]) -> 
     try:
         mutation = Mutation.model_validate(data)
     except ValidationError as ex:
-        raise MutationError(f"invalid mutation:\n{_format_errors(ex)}") from None
+        raise MutationError(f"invalid mutation:\n{describe_validation_errors(ex, "(mutation)")}") from None
     return mutation
 
 

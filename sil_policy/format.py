@@ -184,24 +184,29 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _format_validation(name: str, err: ValidationError) -> str:
+def describe_validation_errors(err: ValidationError, root: str = "(document)") -> str:
+    """One line per schema error, `  field.path: message`, for messages people act on."""
     lines = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(document)"
-        lines.append(f"  {where}: {e['msg']}")
-    return f"{name} policy does not match its schema:\n" + "\n".join(lines)
+        where = ".".join(str(p) for p in e["loc"]) or root
+        lines.append(f"  {where}: {e['msg'].removeprefix('Value error, ')}")
+    return "\n".join(lines)
+
+
+def _format_validation(name: str, err: ValidationError) -> str:
+    return f"{name} policy does not match its schema:\n" + describe_validation_errors(err)
 
 
 def parse_surface(name: str, data: bytes) -> dict[str, Any]:
     """Validate raw file bytes for a surface; return the document as plain JSON data."""
     spec = surface(name)
     try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        document = json.loads(data.decode("utf-8"), object_pairs_hook=reject_duplicate_keys)
     except UnicodeDecodeError as ex:
         raise PolicyError(f"{name} policy is not UTF-8: {ex}") from None
     except json.JSONDecodeError as ex:
         raise PolicyError(f"{name} policy is not valid JSON: {ex}") from None
-    except _DuplicateKey as ex:
+    except DuplicateKeyError as ex:
         raise PolicyError(f"{name} policy has a duplicate key {ex.args[0]!r}") from None
     return validate_document(name, document)
 
@@ -224,14 +229,15 @@ def load_surface(name: str, path: Path) -> tuple[dict[str, Any], str]:
     return parse_surface(name, data), content_hash(data)
 
 
-class _DuplicateKey(Exception):
-    pass
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice (json.loads would silently keep the last)."""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` for json.loads that refuses duplicate keys."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(key)
+            raise DuplicateKeyError(key)
         out[key] = value
     return out
