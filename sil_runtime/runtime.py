@@ -13,7 +13,9 @@ gives each one a live effect on a turn:
     reflection         when enabled: the draft is critiqued by a second call, then revised
 
 Every model call of a turn goes through the `generate` function the host passes in (so a host
-such as Petri logs, limits and replays each one); the last call of a turn is the answer.
+such as Petri logs, limits and replays each one); the last call of a turn is the answer. The
+runtime also enforces the tool policy: a call to a tool the agent was not given is refused
+back to the model (DENIED_RETRIES times), then dropped from the answer.
 
     runtime = Runtime.from_environment()          # PolicyLoadError under STRICT
     session = runtime.session()                   # one per conversation
@@ -35,7 +37,7 @@ from inspect_ai.model import (
     ChatMessageUser,
     ModelOutput,
 )
-from inspect_ai.tool import ToolInfo
+from inspect_ai.tool import ToolCallError, ToolInfo
 
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
 
@@ -43,6 +45,7 @@ DEFAULT_AGENT = "support"
 PLAN_HEADING = "## Plan for this request"
 REVIEW_HEADING = "## Review of your draft"
 OPERATOR_HEADING = "## Operator instructions"
+DENIED_RETRIES = 1
 
 Generate = Callable[[list[ChatMessage], list[ToolInfo]], Awaitable[ModelOutput]]
 
@@ -178,13 +181,27 @@ class Session:
         """One turn: [plan], draft, [critique, revision]. Returns the answer to send."""
         await self._plan(conversation, generate)
         tools = self.runtime.tools(offered)
-        draft = await generate(self.compose(conversation), tools)
+        draft = await self._permitted(self.compose(conversation), tools, generate)
         critique_input = self.runtime.reflection_request(conversation, draft.message)
         if critique_input is None:
             return draft
         critique = await generate(critique_input, [])
         note = f"{REVIEW_HEADING}\n{critique.completion.strip()}"
-        return await generate(self.compose(conversation, [note]), tools)
+        return await self._permitted(self.compose(conversation, [note]), tools, generate)
+
+    async def _permitted(self, input: list[ChatMessage], tools: list[ToolInfo], generate: Generate) -> ModelOutput:
+        """Generate; refuse calls to tools the agent was not given, then drop any left."""
+        allowed = {t.name for t in tools}
+        output = await generate(input, tools)
+        for _ in range(DENIED_RETRIES):
+            calls = output.message.tool_calls or []
+            if all(c.function in allowed for c in calls):
+                return output
+            input = [*input, output.message, *[_refusal(c.id, c.function, c.function in allowed) for c in calls]]
+            output = await generate(input, tools)
+        kept = [c for c in output.message.tool_calls or [] if c.function in allowed]
+        output.message.tool_calls = kept or None
+        return output
 
     async def _plan(self, conversation: Sequence[ChatMessage], generate: Generate) -> None:
         users = [i for i, m in enumerate(conversation) if isinstance(m, ChatMessageUser)]
@@ -198,6 +215,13 @@ class Session:
         prior = list(conversation[: users[-1]])
         plan = await generate([*self.compose(prior), ChatMessageUser(content=request)], [])
         self.plan = plan.completion.strip() or None
+
+
+def _refusal(call_id: str, function: str, allowed: bool) -> ChatMessageTool:
+    reason = ("not run: another call in the same message was refused" if allowed
+              else f"tool {function} is not available to this agent")
+    return ChatMessageTool(content="", tool_call_id=call_id, function=function,
+                           error=ToolCallError(type="permission", message=reason))
 
 
 def render(messages: Sequence[ChatMessage]) -> str:

@@ -143,6 +143,41 @@ def test_decomposition_plans_once_per_user_request() -> None:
     assert f"{PLAN_HEADING}\n1. look it up" in model.system(2)
 
 
+class Caller(Recorder):
+    """A fake model that calls the given tools (in order) before answering in text."""
+
+    def __init__(self, *calls: str) -> None:
+        super().__init__()
+        self.calls = list(calls)
+
+    async def __call__(self, input, tools) -> ModelOutput:
+        self.requests.append((list(input), list(tools)))
+        if self.calls:
+            return ModelOutput.for_tool_call("fake", self.calls.pop(0), {"account_id": "7"})
+        return ModelOutput.from_content(model="fake", content="done")
+
+
+def test_a_call_to_a_tool_the_agent_lacks_is_refused_back_to_the_model() -> None:
+    model = Caller("delete_account")  # support agent: delete_account is not among its tools
+    out = asyncio.run(Runtime(policies()).session().respond(CONVERSATION, OFFERED, model))
+    assert out.completion == "done" and not out.message.tool_calls
+    retry_input = model.requests[1][0]
+    assert retry_input[-1].error.type == "permission"
+    assert "not available to this agent" in retry_input[-1].error.message
+
+
+def test_a_persistently_refused_call_is_dropped_from_the_answer() -> None:
+    model = Caller("delete_account", "delete_account")
+    out = asyncio.run(Runtime(policies()).session().respond(CONVERSATION, OFFERED, model))
+    assert len(model.requests) == 2 and not out.message.tool_calls
+
+
+def test_a_permitted_call_goes_out() -> None:
+    model = Caller("lookup_order")
+    out = asyncio.run(Runtime(policies()).session().respond(CONVERSATION, OFFERED, model))
+    assert [c.function for c in out.message.tool_calls] == ["lookup_order"] and len(model.requests) == 1
+
+
 def write_policy_dir(tmp_path: Path, **broken: bytes) -> dict[str, str]:
     env = {}
     for name, spec in SURFACES.items():
