@@ -3,8 +3,8 @@
 `command()` builds `python -m inspect_ai eval inspect_petri/audit` with the contract's model
 per role, the frozen seed directory and rubric, the Petri target agent that runs the runtime,
 caching off, the per-sample token limit and a fresh log directory. Task arguments go in a JSON
-file (`--task-config`), never through `-T` (which splits values on commas). An empty `.env` in
-the audit directory (the subprocess's cwd) stops inspect's upward search for one.
+file (`--task-config`), never through `-T` (which splits values on commas). inspect reads the
+first `.env` found from its cwd upward: measure.py puts an empty one in every audit directory.
 
 `read_evidence()` reads the one `.eval` log the audit wrote (never stdout) and trusts it only
 if: the log status is success; task, task arguments, model roles and package versions are the
@@ -66,7 +66,6 @@ class PetriBackend:
         if any(log_dir.iterdir()):
             raise GapError(f"log directory {log_dir} is not empty: every audit needs a fresh one")
         (req.audit_dir / TASK_ARGS_FILE).write_text(json.dumps(task_args(ctx), indent=2) + "\n")
-        (req.audit_dir / ".env").write_text("")  # inspect looks for .env from cwd upward: stop here
         cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK,
                "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
         for role in ROLES:

@@ -86,7 +86,6 @@ def test_command_runs_the_audit_task_with_the_contract(tmp_path: Path) -> None:
     assert args["judge_dimensions"] == str(ws / "measurement" / "rubric")
     assert args["cache"] is False and args["target_tools"] == "fixed" and args["realism_filter"] is False
     assert args["target"] == {"type": "agent", "name": "sil_runtime/runtime_target", "params": {}}
-    assert (req.audit_dir / ".env").read_text() == ""  # stops inspect's upward .env search
 
 
 def test_command_refuses_a_used_log_dir_and_unpinned_packages(tmp_path: Path, monkeypatch) -> None:
