@@ -18,6 +18,7 @@ directories without repeating a finished audit.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,19 +30,29 @@ import fitness
 import gate as gates
 import measure
 from ledger import Ledger
+from loop import attempts
+from loop.attempts import AuditStateUnknown
 from loop.contract import LoadedContract
+from loop.faults import crashpoint
+from loop.fsutil import atomic_write_bytes
 from loop.mutation import Mutation, apply_mutation
 from loop.mutator import make_proposer
+from loop.policyrefs import PolicyRefError, PolicyRefs
 from loop.policystore import HandEditedPolicy, PolicySet, PolicyStore
 from loop.records import (
     SIM_NOTE, AuditRecord, BaselineRecord, IntentRecord, PolicyChangeRecord, RecordBook,
-    RoundRecord, RunRecord, StopRecord, VerdictRecord,
+    RecoveryRecord, RoundRecord, RunRecord, StopRecord, VerdictRecord,
 )
 from loop.runstate import ArmState, Pending, PlannedRound, RunState, StoredRound
 from measure import AuditRequest, AuditResult, MeasureContext
 
 RANDOM_ACCEPT_P = 0.5
 ARM_ORDER = ("never", "random", "gate")
+RESULT_FILE = "result.json"
+RECOVERY_ACTIONS = {"finished": "score the evidence it left; not re-run",
+                    "timed_out": "record the timeout as a gap; not re-run",
+                    "died": "re-run it: it did not finish"}
+STALE_TEMP = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")  # loop.fsutil's atomic-write temp files
 
 
 class Halt(RuntimeError):
@@ -58,6 +69,7 @@ class RunConfig:
     on_event: Callable[[str], None] = print
     before_audits: Callable[[], None] = lambda: None  # re-checks the approval; raises to stop
     anchor: Callable[[], None] = lambda: None  # signs and anchors the ledger head outside the file
+    policy_repo: Path | None = None  # git repo for the candidates' refs (loop/policyrefs.py)
 
 
 class Runner:
@@ -80,8 +92,14 @@ class Runner:
         self.promotion = promotion
         self.proposer = make_proposer(self.contract)
         self.measurement_hash = measurement_hash
+        self.audit_cost_bound = audit_cost_bound(self.contract, len(self.ctx.seed_ids))
         self.session_start = time.monotonic()
-        self.state = RunState.load(cfg.run_dir) or self._new_state()
+        self._refs: PolicyRefs | None = None
+        stored = RunState.load(cfg.run_dir)
+        self.state = stored or self._new_state()
+        if stored is not None:
+            self._recount()
+            self._drop_stale_temps()
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -106,18 +124,43 @@ class Runner:
             note=SIM_NOTE if c.backend == "sim" else "live audit: scores are a judge model's, with its noise",
         )
 
+    def _recount(self) -> None:
+        """Audit counters from the ledger, which is written before the state: an audit
+        recorded just before a crash is counted exactly once after the resume."""
+        s = self.state
+        s.audits, s.usd, s.gaps = 0, 0.0, 0
+        for arm in s.arms.values():
+            arm.audits = 0
+        for rec in self.book.records:
+            if rec.type in ("audit", "probe"):
+                s.audits += 1
+                s.usd += rec.payload["usage"]["usd"]
+            if rec.type == "audit":
+                s.gaps += rec.payload["status"] == "gap"
+                if rec.payload["arm"] in s.arms:
+                    s.arms[rec.payload["arm"]].audits += 1
+
+    def _drop_stale_temps(self) -> None:
+        """Temp files of atomic writes a crash cut short (never an audit's own files)."""
+        for path in self.cfg.run_dir.rglob(".*.tmp"):
+            in_audit = path.relative_to(self.cfg.run_dir).parts[0] == "audits"
+            if STALE_TEMP.match(path.name) and (not in_audit or path.name.startswith(f".{RESULT_FILE}.")):
+                path.unlink(missing_ok=True)
+
     def save(self) -> None:
         now = time.monotonic()
         self.state.elapsed_s += now - self.session_start
         self.session_start = now
+        crashpoint("state.before_save")
         self.state.save(self.cfg.run_dir)
+        crashpoint("state.after_save")
 
     def emit(self, text: str) -> None:
         self.cfg.on_event(text)
 
     # ---- audits --------------------------------------------------------------------------
 
-    def _budget_left(self, arm: str | None, n: int) -> str | None:
+    def budget_left(self, arm: str | None, n: int) -> str | None:
         """Why `n` more audits may not start, or None if they may."""
         b = self.contract.budget
         if self.state.audits + n > b.max_audits:
@@ -126,9 +169,9 @@ class Runner:
             return f"arm budget ({b.arm_audits[arm]} audits) spent"
         if self.state.elapsed_s + (time.monotonic() - self.session_start) > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
-        per_audit = self.state.usd / max(1, self.state.audits)
-        if self.state.usd + n * per_audit > b.max_usd + 1e-12:
-            return f"USD budget ({b.max_usd:g}) would be exceeded"
+        if self.state.usd + n * self.audit_cost_bound > b.max_usd + 1e-12:
+            return (f"USD budget (${b.max_usd:g}) could be exceeded: ${self.state.usd:.2f} spent, "
+                    f"up to ${self.audit_cost_bound:.2f} per audit")
         return None
 
     def run_batch(self, arm: str, label: str, kind: str, sets: list[tuple[str, PolicySet]],
@@ -144,16 +187,53 @@ class Runner:
             self.state.planned = planned
             self.save()
         reqs = [self._request(label, role, ps, planned.tick) for role, ps in sets]
-        todo = [r for r in reqs if not (r.audit_dir / "result.json").exists()]
+        todo = [r for r in reqs if not (r.audit_dir / RESULT_FILE).exists()]
+        crashpoint("audit.before_launch")
         if todo:
+            self._recover([(r.audit_id, r.audit_dir) for r in todo])
             self.cfg.before_audits()
-        for res in measure.run_audits(todo, self.ctx) if todo else []:
-            (self.cfg.run_dir / "audits" / res.audit_id / "result.json").write_text(res.model_dump_json())
-        results = [AuditResult.model_validate_json((r.audit_dir / "result.json").read_bytes()) for r in reqs]
+            try:
+                fresh = measure.run_audits(todo, self.ctx)
+            except AuditStateUnknown as ex:
+                raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
+            for res in fresh:
+                crashpoint("audit.before_result")
+                atomic_write_bytes(self.cfg.run_dir / "audits" / res.audit_id / RESULT_FILE,
+                                   res.model_dump_json().encode())
+        crashpoint("audit.before_record")
+        results = [AuditResult.model_validate_json((r.audit_dir / RESULT_FILE).read_bytes()) for r in reqs]
         for (role, ps), res in zip(sets, results, strict=True):
             self._record_audit(arm, label, role, ps, planned.tick, res)
+            crashpoint("audit.between_records")
         self.save()
         return results
+
+    def _recover(self, audits: list[tuple[str, Path]]) -> None:
+        """Before touching audits a crash interrupted, find out what they did and record it.
+
+        A still-running audit is awaited (up to its timeout); one that cannot be established
+        halts the run with an explicit "unknown" instead of a guess.
+        """
+        timeout = self.contract.measurement.audit_timeout_s
+        for audit_id, audit_dir in audits:
+            try:
+                status = attempts.await_attempt(audit_dir, timeout)
+            except AuditStateUnknown as ex:
+                raise Halt(f"unknown: {ex}; inspect {audit_dir}, then resume") from None
+            if status.state == "unknown":
+                raise Halt(f"unknown: cannot establish what audit {audit_id} did ({status.detail}); "
+                           f"inspect {audit_dir}, then resume")
+            if status.state == "new":
+                continue
+            action = RECOVERY_ACTIONS[status.state]
+            self.book.once("recovery", f"audit:{audit_id}:{status.attempt}", RecoveryRecord(
+                audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail,
+                action=action))
+            self.emit(f"  recovery: {audit_id}: {status.detail}; {action}")
+
+    def _resuming(self, label: str) -> bool:
+        """Whether `label` is the planned round: its audits were budgeted when it was planned."""
+        return self.state.planned is not None and self.state.planned.label == label
 
     def round_consumed(self) -> None:
         """Forget the planned round once its outcome is in the state (saved by the caller).
@@ -190,6 +270,7 @@ class Runner:
                      mutation_id: str | None = None) -> StoredRound | None:
         """One concurrent candidate/champion round; None when either audit is a gap."""
         a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], mutation_id)
+        crashpoint("round.before_record")
         if not (a.ok and b.ok):
             self._note_gap(arm)
             self.book.once("round", label, RoundRecord(arm=arm, round=label, kind=kind,
@@ -214,7 +295,10 @@ class Runner:
     # ---- phases --------------------------------------------------------------------------
 
     def run(self) -> RunState:
+        if self.state.phase == "halted" and self.state.resume_phase is None:
+            return self.state
         try:
+            self._resume_after_halt()
             self._check_same_run()
             for phase, step in (("preflight", self.preflight), ("baseline", self.baseline),
                                 ("never", self.never_arm),
@@ -231,9 +315,11 @@ class Runner:
             self.state.phase = "done"
             self._stop("completed")
         except (Halt, measure.MeasurementChanged, HandEditedPolicy) as ex:
+            if self.state.phase != "halted":
+                self.state.resume_phase = self.state.phase
             self.state.phase = "halted"
             self.state.halt_reason = str(ex)
-            self.book.once("halt", f"halt:{self.state.audits}", {"reason": str(ex)})
+            self.book.once("halt", f"halt:{len(self.book.of_type('halt'))}", {"reason": str(ex)})
             self.emit(f"HALT: {ex}")
             self.save()
             try:
@@ -241,6 +327,12 @@ class Runner:
             except Halt as anchor_failure:
                 self.emit(f"also: {anchor_failure}")
         return self.state
+
+    def _resume_after_halt(self) -> None:
+        """Run again after a halt: back to the halted phase, where the cause is checked anew."""
+        if self.state.phase == "halted":
+            self.emit(f"resuming after a halt: {self.state.halt_reason}")
+            self.state.phase, self.state.halt_reason = self.state.resume_phase, None
 
     def _phase_done(self, phase: str) -> bool:
         order = ("preflight", "baseline", "never", "random", "gate", "final", "done")
@@ -273,6 +365,7 @@ class Runner:
         for attempt in range(self.contract.stop.max_consecutive_gaps):
             key = f"preflight-{attempt}"
             if not self.book.has("probe", key):
+                self._recover([(key, self.cfg.run_dir / key / "audit")])  # run_preflight's audit dir
                 report = run_preflight(self.ctx, self.store.set_dir(self.state.origin),
                                        self.cfg.run_dir / key, token=f"{base}{attempt:02d}")
                 self.book.once("probe", key, report)
@@ -292,6 +385,8 @@ class Runner:
     def baseline(self) -> None:
         k = self.promotion.baseline_k
         origin = self.state.origin
+        if self.state.planned is None and (why := self.budget_left("baseline", k)):
+            raise Halt(f"no budget for the baseline: {why}")
         self.emit(f"baseline: {k} audits of the starting policy {origin.set_id}")
         results = self.run_batch("baseline", "baseline", "baseline", [(f"k{i}", origin) for i in range(k)])
         self.state.baseline = [r.audit_id for r in results if r.ok]
@@ -313,10 +408,10 @@ class Runner:
         pairs = self.promotion.calibration_pairs
         pool = fitness.NoisePool.model_validate(self.state.noise_pool) if self.state.noise_pool else fitness.NoisePool()
         while len(self.state.aa_rounds) < pairs:
-            if why := self._budget_left("never", 2):
+            label = self.next_label(f"never-aa{len(self.state.aa_rounds):03d}")
+            if not self._resuming(label) and (why := self.budget_left("never", 2)):
                 arm.stop_reason = why
                 break
-            label = self.next_label(f"never-aa{len(self.state.aa_rounds):03d}")
             stat = self.paired_round("never", label, "aa", self.state.origin, self.state.origin)
             self.round_consumed()
             if stat is None:
@@ -356,7 +451,7 @@ class Runner:
         self.store.init_working(name, arm.champion)
         while not arm.done:
             if arm.pending is None:
-                if why := self._budget_left(name, 2) or self._alpha_exhausted(name):
+                if why := self.budget_left(name, 2) or self._alpha_exhausted(name):
                     arm.done, arm.stop_reason = True, why
                     break
                 if arm.candidates >= self.contract.stop.max_candidates_per_arm:
@@ -393,10 +488,9 @@ class Runner:
         arm.pending = Pending(index=index, mutation=mutation.model_dump(mode="json"),
                               parent=arm.champion, candidate=candidate)
         arm.candidates += 1
-        self.book.once("mutation", mutation.mutation_id, {
-            **mutation.model_dump(mode="json"), "arm": arm.arm, "index": index, "candidate_set": candidate.set_id,
-            "parent_set": arm.champion.set_id, "value_hash": mutation.edit_key[2]})
-        self.save()
+        crashpoint("propose.before_save")
+        self.save()  # the mutation is recorded when applied: a proposal lost to a crash is redone
+        crashpoint("propose.after_save")
         self.emit(f"{arm.arm}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
         return True
 
@@ -412,24 +506,32 @@ class Runner:
 
     def apply(self, arm: ArmState, mutation: Mutation) -> None:
         p = arm.pending
+        self.book.once("mutation", mutation.mutation_id, {
+            **mutation.model_dump(mode="json"), "arm": arm.arm, "index": p.index,
+            "candidate_set": p.candidate.set_id, "parent_set": p.parent.set_id,
+            "value_hash": mutation.edit_key[2]})
+        crashpoint("apply.before_intent")
         apply_mutation(mutation, self.store.documents(p.parent), self.contract.search_space.surfaces)
         s = mutation.surface
         self.book.once("intent", f"apply:{mutation.mutation_id}", IntentRecord(
             action="apply", key=mutation.mutation_id, detail={"arm": arm.arm, "surface": s}))
+        crashpoint("apply.before_write")
         self.store.write_surface(arm.arm, s, p.candidate, expect_current=p.parent.hashes[s])
+        crashpoint("apply.before_record")
         self.book.once("applied", mutation.mutation_id, PolicyChangeRecord(
             arm=arm.arm, mutation_id=mutation.mutation_id, surface=s, from_hash=p.parent.hashes[s],
             to_hash=p.candidate.hashes[s], policy_set=p.candidate.set_id))
         p.stage = "applied"
+        crashpoint("apply.before_save")
 
     def measure_candidate(self, arm: ArmState, mutation: Mutation) -> None:
         p = arm.pending
-        prefix = f"{arm.arm}-c{p.index:03d}-r{p.round_no:02d}"
-        if why := self._budget_left(arm.arm, 2):
+        label = self.next_label(f"{arm.arm}-c{p.index:03d}-r{p.round_no:02d}")
+        if not self._resuming(label) and (why := self.budget_left(arm.arm, 2)):
             self.decide(arm, "revert", f"stopped before a decision: {why}", None)
             return
         kind = "random" if arm.arm == "random" else ("screen" if p.stage == "applied" else "confirm")
-        stat = self.paired_round(arm.arm, self.next_label(prefix), kind, p.candidate, p.parent, mutation.mutation_id)
+        stat = self.paired_round(arm.arm, label, kind, p.candidate, p.parent, mutation.mutation_id)
         self.round_consumed()
         p.round_no += 1
         if stat is None:
@@ -494,7 +596,9 @@ class Runner:
             rounds=len(p.confirm) + (1 if p.screen else 0), alpha=p.alpha,
             error_budget=self.state.error_budget,
             decision=decision.model_dump(mode="json") if decision is not None else None))
+        crashpoint("verdict.before_save")
         self.save()
+        crashpoint("verdict.before_anchor")
         self.cfg.anchor()
         self.emit(f"  {arm.arm} {p.mutation['mutation_id']}: {verdict.upper()} — {reason}")
 
@@ -503,25 +607,60 @@ class Runner:
         p = arm.pending
         s = mutation.surface
         mid = mutation.mutation_id
+        crashpoint("settle.before_intent")
         if p.verdict == "keep":
             self.book.once("intent", f"promote:{mid}", IntentRecord(action="promote", key=mid, detail={"arm": arm.arm}))
+            crashpoint("settle.before_write")  # the working file already holds the candidate
+            crashpoint("settle.before_refs")
+            commit = self._commit_candidate(arm, mutation)
+            crashpoint("settle.before_record")
             arm.champion = p.candidate
             arm.keeps += 1
             self.book.once("promote", mid, PolicyChangeRecord(
                 arm=arm.arm, mutation_id=mid, surface=s, from_hash=p.parent.hashes[s],
-                to_hash=p.candidate.hashes[s], policy_set=p.candidate.set_id))
+                to_hash=p.candidate.hashes[s], policy_set=p.candidate.set_id, commit=commit))
         else:
             self.book.once("intent", f"revert:{mid}", IntentRecord(action="revert", key=mid, detail={"arm": arm.arm}))
+            crashpoint("settle.before_write")
             self.store.write_surface(arm.arm, s, p.parent, expect_current=p.candidate.hashes[s])
+            crashpoint("settle.before_refs")
+            commit = self._commit_candidate(arm, mutation)
+            crashpoint("settle.before_record")
             arm.reverts += 1
             self.book.once("revert", mid, PolicyChangeRecord(
                 arm=arm.arm, mutation_id=mid, surface=s, from_hash=p.candidate.hashes[s],
-                to_hash=p.parent.hashes[s], policy_set=p.parent.set_id))
+                to_hash=p.parent.hashes[s], policy_set=p.parent.set_id, commit=commit))
         if arm.arm == "gate" and p.alpha is not None:
             pool = fitness.NoisePool.model_validate(self.state.noise_pool)
             pool.add_candidate([_round_stat(r) for r in p.confirm])
             self.state.noise_pool = pool.model_dump(mode="json")
         arm.pending = None
+        crashpoint("settle.before_save")
+
+    def _commit_candidate(self, arm: ArmState, mutation: Mutation) -> str | None:
+        """Keep the candidate reachable in git refs whatever its verdict; a KEEP moves the
+        arm's champion ref. Returns the candidate's commit (None without a policy repo)."""
+        if self.cfg.policy_repo is None:
+            return None
+        p = arm.pending
+        try:
+            if self._refs is None:
+                self._refs = PolicyRefs(self.cfg.policy_repo, self.state.run_id, self.store)
+            parent = arm.champion_commit or self._refs.origin(self.state.origin, self._ts("contract", "run"))
+            commit = self._refs.record_candidate(
+                arm.arm, mutation.mutation_id, p.candidate, parent,
+                f"candidate {p.index} {mutation.surface}.{mutation.path}: {p.verdict.upper()}",
+                self._ts("verdict", mutation.mutation_id))
+            champion = commit if p.verdict == "keep" else parent
+            self._refs.set_champion(arm.arm, champion, previous=arm.champion_commit)
+        except PolicyRefError as ex:
+            raise Halt(f"cannot keep the candidate reachable in git: {ex}") from None
+        arm.champion_commit = champion
+        return commit
+
+    def _ts(self, type_: str, key: str) -> str:
+        """When a record was written (fixed once written, so commits made from it are too)."""
+        return next(r.ts for r in self.book.of_type(type_) if r.payload.get("_key") == key)
 
     # ---- final checks --------------------------------------------------------------------
 
@@ -532,17 +671,25 @@ class Runner:
             if arm is None or arm.champion == self.state.origin or n == 0:
                 continue
             while len(arm.final_rounds) < n:
-                if self.state.audits + 2 > self.contract.budget.max_audits:
-                    break
                 label = self.next_label(f"final-{name}-{len(arm.final_rounds):02d}")
+                if not self._resuming(label) and self.state.audits + 2 > self.contract.budget.max_audits:
+                    break
                 stat = self.paired_round("final", label, "final", arm.champion, self.state.origin)
-                self.round_consumed()
-                self.save()
                 if stat is not None:
                     arm.final_rounds.append(stat)
                     self.book.once("round", label, RoundRecord(arm=name, round=label, kind="final",
                                    mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds))
-                    self.save()
+                self.round_consumed()  # saved together with the round's outcome
+                self.save()
+
+
+def audit_cost_bound(contract, n_seeds: int) -> float:
+    """The most one audit can cost (USD), so the run stops before it could exceed its budget."""
+    if contract.backend != "petri":
+        return 0.0
+    from loop.petri_backend import worst_case_cost
+
+    return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
 
 
 def _round_stat(stored: StoredRound) -> fitness.RoundStat:

@@ -100,6 +100,17 @@ class PolicyChangeRecord(BaseModel):
     from_hash: str
     to_hash: str
     policy_set: str
+    commit: str | None = None  # the candidate's git commit (loop/policyrefs.py), when recorded
+
+
+class RecoveryRecord(BaseModel):
+    """What a resumed run found of an audit a crash interrupted, and what it does about it."""
+
+    audit_id: str
+    attempt: int
+    found: Literal["finished", "timed_out", "died"]
+    detail: str
+    action: str
 
 
 class StopRecord(BaseModel):

@@ -67,6 +67,7 @@ class ArmState(BaseModel):
     stop_reason: str | None = None
     pending: Pending | None = None
     final_rounds: list[StoredRound] = []
+    champion_commit: str | None = None  # git commit of the champion set (loop/policyrefs.py)
 
 
 class RunState(BaseModel):
@@ -89,6 +90,7 @@ class RunState(BaseModel):
     arms: dict[str, ArmState] = {}
     consecutive_gaps: dict[str, int] = {}
     halt_reason: str | None = None
+    resume_phase: Phase | None = None  # where a halted run picks up when it is run again
 
     @classmethod
     def load(cls, run_dir: Path) -> RunState | None:

@@ -64,6 +64,7 @@ def _anchor(run_dir: Path, root: Path):
 
 def start_run(loaded: LoadedContract, root: Path, run_id: str, replicate: int | None,
               out: Console, err: Console) -> int:
+    from loop.checkpoint import anchor_repo
     from train import RunConfig, Runner
 
     run_dir = root / RUNS / run_id
@@ -81,7 +82,7 @@ def start_run(loaded: LoadedContract, root: Path, run_id: str, replicate: int | 
                                 replicate_k=replicate, approval_id=approval,
                                 on_event=lambda line: err.print(line, highlight=False),
                                 before_audits=_approval_guard(loaded, root),
-                                anchor=_anchor(run_dir, root))
+                                anchor=_anchor(run_dir, root), policy_repo=anchor_repo(root))
                 runner = Runner(loaded, cfg, measurement_hash)
                 state = runner.run()
             records = _records(run_dir)
@@ -118,7 +119,9 @@ def plan_run(loaded: LoadedContract, root: Path, replicate: int | None) -> str:
     if c.backend == "petri":
         from loop.petri_backend import worst_case_cost
 
-        lines.append(f"worst-case cost at the audit limit: ${worst_case_cost(c):.2f}")
+        seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
+        lines.append(f"worst-case cost at the audit limit: ${worst_case_cost(c, n_seeds=seeds):.2f} "
+                     f"(every sample at its token limit, dearest prices); no model call was made")
     else:
         lines.append("worst-case cost: $0 (embedded simulated audit, no model calls)")
     return "\n".join(lines)

@@ -60,6 +60,21 @@ def test_check_and_dry_run_spend_nothing(workspace, in_dir) -> None:
     assert not (workspace / "state" / "runs").exists()
 
 
+def test_petri_dry_run_prices_the_run_without_calls(workspace, in_dir, monkeypatch) -> None:
+    in_dir(workspace)
+    monkeypatch.setenv("INSPECT_DISABLE_MODEL_API", "1")
+    contract = workspace / "petri.md"
+    shutil.copy(REPO / "examples" / "program-petri-offline.md", contract)
+    edit_contract(contract, "target: {model: scripted/target}",
+                  "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
+                  "price: {input_per_mtok: 3, output_per_mtok: 15}}")
+    result = invoke("run", "--contract", "petri.md", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "REAL MODEL CALLS" in result.output and "worst-case cost at the audit limit: $" in result.output
+    assert "$0.00" not in result.output
+    assert not (workspace / "state" / "runs").exists()
+
+
 def test_real_models_without_approval_are_refused_before_any_audit(workspace, in_dir) -> None:
     in_dir(workspace)
     contract = workspace / "petri.md"

@@ -155,3 +155,17 @@ def test_resume_after_interrupt_repeats_no_audit(small: Path) -> None:
     assert ledger.verify_file(runner.cfg.run_dir / "ledger.jsonl").ok
     on_disk = {p.name for p in (runner.cfg.run_dir / "audits").iterdir()}
     assert on_disk == set(ids)
+
+
+def test_usd_budget_stops_before_it_could_be_exceeded(small: Path) -> None:
+    loaded = load_contract(small / "program.md")
+    cfg = RunConfig(repo_root=small, run_dir=small / "state" / "runs" / "usd",
+                    policy_dir=small / "state" / "policies", on_event=lambda s: None)
+    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
+    runner.contract = runner.contract.model_copy(update={
+        "budget": runner.contract.budget.model_copy(update={"max_usd": 1.0})})
+    runner.audit_cost_bound = 0.3
+    runner.state.usd = 0.35
+    assert runner.budget_left("gate", 2) is None          # 0.35 + 0.6 <= 1.0
+    runner.state.usd = 0.45
+    assert "USD budget" in runner.budget_left("gate", 2)  # 0.45 + 0.6 > 1.0: do not start
