@@ -30,6 +30,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sil_policy.evidence import AUDIT_DIR_ENV
+
 ATTEMPTS_FILE = "attempts"
 SET_ASIDE_PREFIX = "prior-attempt-"
 POLL_S = 0.05
@@ -216,18 +218,27 @@ def _await_pid(audit_dir: Path, base: dict) -> AttemptStatus:
 
 
 def _live_pids(audit_dir: Path, pid: int | None) -> list[int] | None:
-    """Live processes of this audit: those whose working directory is `audit_dir` (Linux),
-    else the logged process group if it still exists; None when neither can be checked."""
+    """Live processes of this audit, else None when that cannot be checked.
+
+    On Linux: every process started with this audit's `SIL_AUDIT_DIR` (the wrapper and all it
+    spawned; an operator's shell sitting in the directory is not one). Elsewhere: the logged
+    process group, if it still exists.
+    """
     if PROC.is_dir():
-        target = str(audit_dir.resolve())
+        target = os.path.realpath(audit_dir)
+        prefix = f"{AUDIT_DIR_ENV}=".encode()
         found = []
         for entry in PROC.iterdir():
-            if entry.name.isdigit():
-                try:
-                    if os.readlink(entry / "cwd") == target:
-                        found.append(int(entry.name))
-                except OSError:  # gone, a zombie, or another user's process
-                    continue
+            if not entry.name.isdigit():
+                continue
+            try:
+                env = (entry / "environ").read_bytes()  # empty for a zombie
+            except OSError:  # gone, or another user's process
+                continue
+            for item in env.split(b"\0"):
+                if item.startswith(prefix) and os.path.realpath(os.fsdecode(item[len(prefix):])) == target:
+                    found.append(int(entry.name))
+                    break
         return found
     if pid is None:
         return None

@@ -107,6 +107,19 @@ def test_dead_unfinished_audit_is_set_aside_and_rerun(ctx, req) -> None:
     assert (req.audit_dir / f"{attempts.SET_ASIDE_PREFIX}1" / "evidence.json").read_text() == '{"torn'
 
 
+def test_an_operator_shell_in_the_audit_dir_is_not_the_audit(ctx, req) -> None:
+    req.audit_dir.mkdir(parents=True)
+    attempts.log_launch(req.audit_dir, 1)  # the audit died unlogged; someone cd'ed in to look
+    shell = subprocess.Popen(["sleep", "30"], cwd=req.audit_dir, start_new_session=True)
+    try:
+        assert attempts.read_status(req.audit_dir).state == "died"
+        assert run_audit(req, ctx, ScriptBackend(evidence_script(ctx, req.policy_hashes))).ok
+        assert shell.poll() is None, "the operator's process was killed"
+    finally:
+        shell.kill()
+        shell.wait()
+
+
 def test_launch_without_a_process_is_rerun(ctx, req) -> None:
     req.audit_dir.mkdir(parents=True)
     attempts.log_launch(req.audit_dir, 1)  # the loop died before the process started
