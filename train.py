@@ -165,7 +165,8 @@ class Runner:
         b = self.contract.budget
         if self.state.audits + n > b.max_audits:
             return f"run budget ({b.max_audits} audits) spent"
-        if arm is not None and arm in b.arm_audits and self.state.arms[arm].audits + n > b.arm_audits[arm]:
+        spent_by_arm = self.state.arms[arm].audits if arm in self.state.arms else 0
+        if arm in b.arm_audits and spent_by_arm + n > b.arm_audits[arm]:
             return f"arm budget ({b.arm_audits[arm]} audits) spent"
         if self.state.elapsed_s + (time.monotonic() - self.session_start) > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
