@@ -289,6 +289,16 @@ def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: f
     )
 
 
+def prepare_audit_dir(req: AuditRequest) -> None:
+    """Create the audit's working directory, with an empty `.env` in it.
+
+    Tools that search for `.env` from the working directory upward (inspect-ai does) stop at
+    this empty one, so no file in a parent directory leaks settings or secrets into an audit.
+    """
+    req.audit_dir.mkdir(parents=True, exist_ok=True)
+    (req.audit_dir / ".env").write_text("")
+
+
 def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:
     """Run one audit to completion; every failure becomes a gap result with its reason.
 
@@ -304,8 +314,7 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
         raise AuditStateUnknown(f"audit {req.audit_id}: {prior.detail}")
     if prior.state == "died":
         attempts.set_aside(req.audit_dir, prior.attempt)
-    # Tools that search for .env from the working directory upward stop at this empty one.
-    (req.audit_dir / ".env").write_text("")
+    prepare_audit_dir(req)
     evidence: Evidence | None = None
     try:
         if prior.state == "timed_out":

@@ -108,15 +108,15 @@ print(repr(found), os.environ.get("SIL_DOTENV_CANARY"))
 
 def test_parent_dotenv_is_not_loaded_by_the_audit(workspace: Path) -> None:
     """Inspect loads the first `.env` found walking up from the audit's cwd (python-dotenv's
-    find_dotenv(usecwd=True)); the petri backend puts an empty one in the audit dir."""
+    find_dotenv(usecwd=True)); measure puts an empty one in every audit dir."""
     petri_backend = pytest.importorskip("loop.petri_backend")
     canary = f"sk-CANARY-{secrets.token_hex(8)}"
     (workspace / ".env").write_text(f"SIL_DOTENV_CANARY={canary}\n")
     contract = load_contract(workspace / "program.md").contract
     ctx = MeasureContext.from_contract(contract, workspace)
     req = _requests(workspace, 1)[0]
-    req.audit_dir.mkdir(parents=True)
-    petri_backend.PetriBackend().command(req, ctx)  # prepares the audit dir as for a real audit
+    measure.prepare_audit_dir(req)  # what run_audit does before any backend starts
+    petri_backend.PetriBackend().command(req, ctx)
     env = measure.audit_env(req, ctx, {})
 
     def probe() -> str:
