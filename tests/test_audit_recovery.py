@@ -99,7 +99,7 @@ def test_dead_unfinished_audit_is_set_aside_and_rerun(ctx, req) -> None:
     time.sleep(0.5)
     os.killpg(proc.pid, 9)  # the machine lost it: no exit status was logged
     proc.wait()
-    status = attempts.read_status(req.audit_dir)
+    status = attempts.await_attempt(req.audit_dir, 30)  # until the killed group is gone
     assert status.state == "died" and "without an exit status" in status.detail
     res = run_audit(req, ctx, ScriptBackend(evidence_script(ctx, req.policy_hashes)))
     assert res.ok, res.gap_reason  # the torn evidence of the dead attempt was not read

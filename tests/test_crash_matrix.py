@@ -10,13 +10,12 @@ reachable in git refs, no leftover temp file, and the user's branch, HEAD, index
 files untouched.
 
     pytest tests/test_crash_matrix.py              # one chain of kills through a whole run (~40 s)
-    pytest -m slow tests/test_crash_matrix.py      # every kill point in its own run (~6 min)
+    pytest -m slow tests/test_crash_matrix.py      # every kill point in its own run (~5 min)
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -143,7 +142,7 @@ def outcome(root: Path) -> dict:
         "verdicts": [(r.payload["mutation_id"], r.payload["verdict"]) for r in recs if r.type == "verdict"],
         "scores": {r.payload["audit_id"]: r.payload["scores"] for r in recs if r.type == "audit"},
         "champions": {arm: s.champion.set_id for arm, s in state.arms.items()},
-        "ref_trees": {ref.rsplit("/", 2)[-2] + "/" + ref.rsplit("/", 1)[-1]: tree
+        "ref_trees": {ref.removeprefix(f"refs/sil/{state.run_id}/"): tree
                       for ref, tree in _sil_ref_trees(root, state.run_id).items()},
     }
 
@@ -156,9 +155,14 @@ def _sil_ref_trees(root: Path, run_id: str) -> dict[str, str]:
 
 
 def check_resumed(root: Path, reference: dict, view_before: dict[str, str]) -> dict:
-    """Every crash-safety property of a resumed run; returns counts for the caller's asserts."""
+    """Run to completion without a fault, then check every crash-safety property."""
     proc = run_sil(root)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return check_run(root, reference, view_before)
+
+
+def check_run(root: Path, reference: dict, view_before: dict[str, str]) -> dict:
+    """Every crash-safety property of a completed run; returns counts for the caller's asserts."""
     rdir = run_dir(root)
     state = RunState.load(rdir)
     assert state.phase == "done", state.halt_reason
@@ -192,6 +196,7 @@ def check_resumed(root: Path, reference: dict, view_before: dict[str, str]) -> d
                  if r.type == "verdict" and r.payload["arm"] == arm and r.payload["verdict"] == "keep"]
         assert arm_state.champion.set_id == (keeps[-1] if keeps else state.origin.set_id)
 
+    check_intents_precede_effects(recs)
     report = verify_run_ledger(rdir / "ledger.jsonl", root)
     assert report.ok and report.checkpoints >= 1, report.errors
     check_refs(root, rdir, state, recs)
@@ -200,6 +205,22 @@ def check_resumed(root: Path, reference: dict, view_before: dict[str, str]) -> d
     assert not leftovers, leftovers
     assert user_git_view(root) == view_before
     return {"died": sum(died.values()), "recoveries": sum(1 for r in recs if r.type == "recovery")}
+
+
+def check_intents_precede_effects(recs: list) -> None:
+    """Every audit, apply, promote and revert in the ledger comes after its intent record."""
+    intents: set[tuple[str, str]] = set()
+    for r in recs:
+        if r.type == "intent" and r.payload["action"] == "audit":
+            intents.update(("audit", a) for a in r.payload["detail"]["audit_ids"])
+        elif r.type == "intent":
+            intents.add((r.payload["action"], r.payload["key"]))
+        elif r.type == "audit":
+            assert ("audit", r.payload["audit_id"]) in intents, r.payload["audit_id"]
+        elif r.type == "applied":
+            assert ("apply", r.payload["mutation_id"]) in intents
+        elif r.type in ("promote", "revert"):
+            assert (r.type, r.payload["mutation_id"]) in intents
 
 
 def check_refs(root: Path, rdir: Path, state: RunState, recs: list) -> None:
@@ -223,12 +244,20 @@ def set_bytes_on_disk(rdir: Path, set_id: str) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict:
-    """The same contract run once without any kill."""
+def clean(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The same contract run once without any kill, in a repo with the user's staged work."""
     root = make_workspace(tmp_path_factory.mktemp("reference") / "ws")
+    (root / "notes.txt").write_text("the user's staged work\n")
+    git(root, "add", "notes.txt")
+    before = user_git_view(root)
     proc = run_sil(root)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result = outcome(root)
+    return root, before
+
+
+@pytest.fixture(scope="module")
+def reference(clean) -> dict:
+    result = outcome(clean[0])
     assert any(v == "keep" for _, v in result["verdicts"]), "the tiny run should keep something"
     assert any(v == "revert" for _, v in result["verdicts"])
     return result
@@ -247,6 +276,26 @@ def test_chain_of_kills_through_one_run(tmp_path: Path, reference: dict) -> None
     counts = check_resumed(root, reference, before)
     assert counts["recoveries"] >= 2  # an audit found finished after a kill, one found dead
     assert counts["died"] >= 1
+
+
+def test_unknown_audit_state_halts_then_resumes(tmp_path: Path, reference: dict) -> None:
+    """An attempts log the loop cannot read: halt with "unknown", resume once it is restored."""
+    root = make_workspace(tmp_path / "ws")
+    before = user_git_view(root)
+    kill_at(root, "audit.running", 2, lose_audits=True)  # the baseline audit, mid-flight
+    (audit_dir,) = (run_dir(root) / "audits").iterdir()
+    log = audit_dir / attempts.ATTEMPTS_FILE
+    intact = log.read_bytes()
+    log.write_bytes(intact + b"{scrambled\n")
+    halted = run_sil(root)
+    assert halted.returncode == 3, halted.stderr[-1000:]
+    state = RunState.load(run_dir(root))
+    assert state.phase == "halted" and state.halt_reason.startswith("unknown:")
+    assert not (audit_dir / f"{attempts.SET_ASIDE_PREFIX}1").exists()  # nothing touched
+    halts = [r for r in ledger.read_records(run_dir(root) / "ledger.jsonl") if r.type == "halt"]
+    assert halts[-1].payload["reason"].startswith("unknown:")
+    log.write_bytes(intact)  # the operator establishes what happened
+    check_resumed(root, reference, before)
 
 
 @pytest.mark.slow
@@ -279,20 +328,15 @@ def test_audits_lost_with_the_machine_are_rerun_once(tmp_path: Path, reference: 
     assert counts["died"] >= 3
 
 
-def test_user_repo_untouched_and_refs_hold_the_policy_bytes(tmp_path: Path, reference: dict) -> None:
-    """A clean run in the user's repo: only refs/sil/* is written; refs resolve to the bytes."""
-    root = make_workspace(tmp_path / "ws")
-    (root / "notes.txt").write_text("the user's uncommitted work\n")
-    git(root, "add", "notes.txt")
-    before = user_git_view(root)
-    untracked_before = (root / "notes.txt").read_bytes()
-    counts = check_resumed(root, reference, before)
+def test_user_repo_untouched_and_refs_hold_the_policy_bytes(clean, reference: dict) -> None:
+    """A run without faults: only refs/sil/* is written; the refs resolve to the policy bytes."""
+    root, before = clean
+    counts = check_run(root, reference, before)
     assert counts["recoveries"] == 0
-    assert (root / "notes.txt").read_bytes() == untracked_before
+    assert (root / "notes.txt").read_text() == "the user's staged work\n"
     rdir = run_dir(root)
     state = RunState.load(rdir)
-    keeps = [json.loads(line)["payload"] for line in (rdir / "ledger.jsonl").read_text().splitlines()
-             if json.loads(line)["type"] == "promote"]
+    keeps = [r.payload for r in ledger.read_records(rdir / "ledger.jsonl") if r.type == "promote"]
     assert keeps and all(k["commit"] for k in keeps)
     for k in keeps:  # the ledger names the commit that holds the kept candidate
         assert git(root, "rev-parse", candidate_ref(state.run_id, k["mutation_id"])).strip() == k["commit"]
