@@ -41,7 +41,7 @@ def test_hash_ignores_formatting_but_not_values() -> None:
         ("surfaces: [wrapper_prompt,", "surfaces: [model_choice, wrapper_prompt,", "unknown surfaces"),
         ("arms: [never, random, gate]", "arms: [random, gate]", "needs the never arm"),
         ("contract_id: sil-default-sim", "contract_id: sil-default-sim\nparent: " + "a" * 64, "parent and revision_reason"),
-        ("arm_audits: {never: 24, random: 30, gate: 200}", "arm_audits: {never: 24, random: 30, gate: 9999}", "more than max_audits"),
+        ("arm_audits: {never: 24, random: 20, gate: 130}", "arm_audits: {never: 24, random: 30, gate: 9999}", "more than max_audits"),
     ],
 )
 def test_invalid_contracts_name_the_field(old: str, new: str, fragment: str) -> None:
