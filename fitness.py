@@ -104,24 +104,24 @@ def paired_round(
         raise ValueError(f"score matrices have {candidate.shape[1]} columns for {len(dims)} dims")
     if not 0 < min_coverage <= 1:
         raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
-    n_total = candidate.shape[0]
-    need = max(1, math.ceil(min_coverage * n_total - 1e-9))
+    need = max(1, math.ceil(min_coverage * candidate.shape[0] - 1e-9))
     both = ~np.isnan(candidate) & ~np.isnan(champion)
+    n = both.sum(axis=0)
+    d = np.where(both, candidate - champion, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = d.sum(axis=0) / n
+        level_mean = np.where(both, champion, 0.0).sum(axis=0) / n
+        resid = np.where(both, d - mean, 0.0)
+        sd = np.sqrt((resid**2).sum(axis=0) / (n - 1))
+    ok = n >= need
     diff: dict[str, float | None] = {}
-    n_seeds: dict[str, int] = {}
     se: dict[str, float | None] = {}
     level: dict[str, float | None] = {}
     for k, dim in enumerate(dims):
-        mask = both[:, k]
-        n = int(mask.sum())
-        n_seeds[dim] = n
-        if n < need:
-            diff[dim] = se[dim] = level[dim] = None
-            continue
-        d = candidate[mask, k] - champion[mask, k]
-        diff[dim] = float(d.mean())
-        level[dim] = float(champion[mask, k].mean())
-        se[dim] = float(d.std(ddof=1) / math.sqrt(n)) if n >= 2 else None
+        diff[dim] = float(mean[k]) if ok[k] else None
+        level[dim] = float(level_mean[k]) if ok[k] else None
+        se[dim] = float(sd[k] / math.sqrt(n[k])) if ok[k] and n[k] >= 2 else None
+    n_seeds = {dim: int(n[k]) for k, dim in enumerate(dims)}
     return RoundStat(diff=diff, n_seeds=n_seeds, se=se, level=level)
 
 

@@ -42,6 +42,7 @@ GRID_STEP = 0.02  # integration step for the boundary recursion, in units of one
 GRID_HALF_WIDTH_SD = 9.0  # grid reaches this many SDs of S_K beyond the boundaries
 KERNEL_HALF_WIDTH = 12.0  # normal increment kernel truncated at +-12 SD
 AUX_LEG = "auxiliary_composite"
+ALPHA_GRID_RATIO = 1.02  # forecast alpha levels are rounded down onto this log grid
 
 Verdict = Literal["continue", "keep", "revert"]
 Stage = Literal["screen", "confirm", "certify"]
@@ -104,7 +105,9 @@ def _crossing_cut(mass: np.ndarray | None, grid: np.ndarray, target: float) -> f
     log_target = math.log(target)
 
     def excess(s: float) -> float:
-        return float(special.logsumexp(log_mass + stats.norm.logcdf(s - points))) - log_target
+        v = log_mass + special.log_ndtr(s - points)
+        top = v.max()
+        return float(top + np.log(np.exp(v - top).sum())) - log_target
 
     lo, hi = grid[0] - 40.0, grid[-1]
     if excess(lo) >= 0:
@@ -120,7 +123,8 @@ def t_boundaries(alpha: float, looks: int, df: int | None) -> tuple[float, ...]:
         return z
     if df < 1:
         raise ValueError(f"df must be >= 1, got {df}")
-    return tuple(float(stats.t.isf(stats.norm.sf(c), df)) if math.isfinite(c) else c for c in z)
+    with np.errstate(divide="ignore"):
+        return tuple(float(c) for c in stats.t.isf(stats.norm.sf(np.array(z)), df))
 
 
 # ---------------------------------------------------------------------------- verdicts
@@ -129,8 +133,11 @@ def t_boundaries(alpha: float, looks: int, df: int | None) -> tuple[float, ...]:
 class LegResult(BaseModel):
     """One hypothesis of the intersection-union test at the current look.
 
-    statistic = sum(X - null) / (sigma sqrt n); the leg passes when statistic <= boundary.
-    passed None = unknown (no data or no noise estimate), which blocks KEEP.
+    statistic = sum(X - null) / (sigma sqrt n), boundary = -c'_n at the leg's own look n.
+    A leg's group-sequential test rejects H0 the first time its statistic is at or below
+    its boundary (`crossed_at`, the round number); with latching that rejection stands for
+    the rest of the confirmation. passed None = unknown (no data or no noise estimate),
+    which blocks KEEP.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -145,6 +152,7 @@ class LegResult(BaseModel):
     alpha: float = 0.0
     sigma: float | None = None
     df: int | None = None
+    crossed_at: int | None = None
 
 
 class GateDecision(BaseModel):
@@ -198,9 +206,8 @@ def build_legs(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) 
     for dim in promotion.target_dimensions:
         legs.append(_single(dim, "target", -promotion.superiority_margin, alpha_target, noise))
     for dim in promotion.critical_dimensions:
-        legs.append(
-            _single(dim, "critical", promotion.critical_margin, promotion.alpha_noninferiority, noise)
-        )
+        margin = critical_margin(promotion, noise, dim)
+        legs.append(_single(dim, "critical", margin, promotion.alpha_noninferiority, noise))
     aux = promotion.auxiliary_dimensions
     if aux:
         weights = {d: 1.0 / len(aux) for d in aux}
@@ -219,6 +226,15 @@ def build_legs(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) 
     return legs
 
 
+def critical_margin(promotion: Promotion, noise: NoiseEstimate, dim: str) -> float:
+    """The NI margin for a critical dimension: the contract's, or tighter when the frozen
+    noise estimate is low enough (critical_margin_sd * sigma_c)."""
+    sigma = noise.sigma.get(dim)
+    if promotion.critical_margin_sd is None or sigma is None:
+        return promotion.critical_margin
+    return min(promotion.critical_margin, promotion.critical_margin_sd * sigma)
+
+
 def _single(dim: str, kind: LegKind, null: float, alpha: float, noise: NoiseEstimate) -> Leg:
     return Leg(
         name=dim,
@@ -231,20 +247,40 @@ def _single(dim: str, kind: LegKind, null: float, alpha: float, noise: NoiseEsti
     )
 
 
-def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int) -> LegResult:
-    """Test one leg on the rounds so far; its information index is its own count of rounds."""
-    xs = leg.values(rounds)
+def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = True) -> LegResult:
+    """Test one leg on the rounds so far; its information index is its own count of rounds.
+
+    With `latch`, the leg passes if it crossed at any of its looks so far (a group-sequential
+    rejection is final); without, only if it is across its boundary at the current look.
+    """
+    xs: list[float] = []
+    total, crossed_at, stat, c = 0.0, None, None, None
+    usable = leg.sigma is not None and leg.df is not None
+    bounds = t_boundaries(leg.alpha, looks, leg.df) if usable else ()
+    for i, r in enumerate(rounds, start=1):
+        x = leg.value(r)
+        if x is None:
+            continue
+        xs.append(x)
+        total += x
+        if usable:
+            n = len(xs)
+            stat = (total - n * leg.null) / (leg.sigma * math.sqrt(n))
+            c = bounds[min(n, looks) - 1]
+            if crossed_at is None and stat <= -c:
+                crossed_at = i
     n = len(xs)
-    estimate = float(np.mean(xs)) if n else None
     common = dict(
-        dim=leg.name, kind=leg.kind, n=n, estimate=estimate, null=leg.null, alpha=leg.alpha,
-        sigma=leg.sigma, df=leg.df,
+        dim=leg.name, kind=leg.kind, n=n, estimate=total / n if n else None, null=leg.null,
+        alpha=leg.alpha, sigma=leg.sigma, df=leg.df,
     )
-    if n == 0 or leg.sigma is None or leg.df is None:
+    if n == 0 or not usable:
         return LegResult(statistic=None, boundary=None, passed=None, **common)
-    stat = (sum(xs) - n * leg.null) / (leg.sigma * math.sqrt(n))
-    c = t_boundaries(leg.alpha, looks, leg.df)[min(n, looks) - 1]
-    return LegResult(statistic=stat, boundary=-c, passed=bool(stat <= -c), **common)
+    passed = crossed_at is not None if latch else stat <= -c
+    return LegResult(
+        statistic=stat, boundary=-c, passed=bool(passed),
+        crossed_at=crossed_at if latch else (len(rounds) if passed else None), **common,
+    )
 
 
 # ---------------------------------------------------------------------------- SPG
@@ -270,6 +306,7 @@ class SequentialPairedGate:
     screen_critical_sd: float = 2.0
     rules: StopRules = StopRules()
     stage: Stage = "confirm"
+    latch: bool = True  # a leg that crossed stays rejected (each leg is its own GS test)
 
     def screen(self, first: RoundStat) -> GateDecision:
         """One round: go on only if the target moved the right way by screen_sd sigmas and
@@ -304,7 +341,7 @@ class SequentialPairedGate:
         if not 1 <= n <= self.looks:
             raise ValueError(f"confirm needs 1..{self.looks} fresh rounds, got {n}")
         horizon = self.looks if horizon is None else max(n, min(horizon, self.looks))
-        legs = [leg_result(leg, rounds, self.looks) for leg in self.legs]
+        legs = [leg_result(leg, rounds, self.looks, self.latch) for leg in self.legs]
 
         def decide(verdict: Verdict, reason: str, diag: dict[str, float]) -> GateDecision:
             return GateDecision(
@@ -314,7 +351,8 @@ class SequentialPairedGate:
 
         if all(r.passed for r in legs):
             return decide("keep", f"all {len(legs)} legs crossed their boundaries at look {n}", {})
-        stop, diag = self._early_stop(rounds, n, horizon)
+        crossed = {r.dim for r in legs if r.passed}
+        stop, diag = self._early_stop(rounds, n, horizon, crossed)
         if stop:
             return decide("revert", stop, diag)
         if n >= horizon:
@@ -323,7 +361,9 @@ class SequentialPairedGate:
             return decide("revert", f"no KEEP after {n} rounds{why}", diag)
         return decide("continue", f"look {n} of {self.looks}: no boundary crossed by all legs", diag)
 
-    def _early_stop(self, rounds: Sequence[RoundStat], n: int, horizon: int) -> tuple[str, dict[str, float]]:
+    def _early_stop(
+        self, rounds: Sequence[RoundStat], n: int, horizon: int, crossed: set[str]
+    ) -> tuple[str, dict[str, float]]:
         rules, diag = self.rules, {}
         if not rules.enabled:
             return "", diag
@@ -332,7 +372,7 @@ class SequentialPairedGate:
                 continue
             xs = leg.values(rounds)
             k, s = len(xs), sum(xs)
-            if leg.kind == "target":
+            if leg.kind == "target" and leg.name not in crossed:
                 d = rules.futility_effect
                 shifted = s - k * leg.null
                 llr = (-d * shifted - k * d * d / 2) / leg.sigma**2
@@ -360,7 +400,11 @@ class SequentialPairedGate:
         c = t_boundaries(leg.alpha, self.looks, leg.df)[final - 1]
         need = -c * leg.sigma * math.sqrt(final)  # S at the final look must be <= need
         mean = shifted - remaining * self.rules.futility_effect
-        return float(stats.norm.cdf((need - mean) / (leg.sigma * math.sqrt(remaining))))
+        return _norm_cdf((need - mean) / (leg.sigma * math.sqrt(remaining)))
+
+
+def _norm_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))  # scalar; scipy's cdf is 100x slower here
 
 
 # ---------------------------------------------------------------------------- paired margin
@@ -453,16 +497,21 @@ def make_certify_gate(
 class ErrorBudget(BaseModel):
     """Run-level alpha over confirmations; every update returns a new object.
 
-    fwer (online Bonferroni): alpha_j = alpha_run / J for j <= J, so P(any false KEEP in the
-    run) <= sum alpha_j <= alpha_run under any dependence. elond (Xu & Ramdas 2024): alpha_j
-    = alpha_run * (R + 1) / J with R the KEEPs so far; FDR <= alpha_run. In both, `spent` is
-    alpha_run * j / J (the share of the allocation used) and the run stops confirming at J.
+    fwer (online Bonferroni): each confirmation j gets alpha_j <= what is left, at most J
+    confirmations, so P(any false KEEP in the run) <= sum alpha_j <= alpha_run under any
+    dependence. Without a forecast alpha_j = alpha_run / J; with `expected_remaining` (how many
+    more confirmations the audit budget will pay for, see `expected_confirmations`) the
+    remaining alpha is spread over those instead, so alpha is not left unspent when the audit
+    budget runs out first. The forecast uses only the past, which keeps the bound.
+    elond (Xu & Ramdas 2024): alpha_j = alpha_run * (R + 1) / J with R the KEEPs so far;
+    FDR <= alpha_run; `spent` there is alpha_run * j / J, the share of the gamma sequence used.
     """
 
     model_config = ConfigDict(frozen=True)
     alpha_run: float = Field(gt=0, lt=1)
     max_confirmations: int = Field(ge=1)
     mode: Literal["fwer", "elond"] = "fwer"
+    allocation: Literal["even", "forecast"] = "forecast"  # fwer: use expected_remaining?
     tested: list[float] = []  # alpha of each confirmation, in order
     kept: list[bool] = []
 
@@ -472,6 +521,7 @@ class ErrorBudget(BaseModel):
             alpha_run=promotion.alpha_run,
             max_confirmations=promotion.max_confirmations,
             mode=promotion.error_control,
+            allocation=promotion.alpha_allocation,
         )
 
     @property
@@ -484,30 +534,80 @@ class ErrorBudget(BaseModel):
 
     @property
     def spent(self) -> float:
-        return self.alpha_run * self.confirmations / self.max_confirmations
+        if self.mode == "elond":
+            return self.alpha_run * self.confirmations / self.max_confirmations
+        return min(math.fsum(self.tested), self.alpha_run)
 
     @property
     def remaining(self) -> float:
-        left = self.max_confirmations - self.confirmations
-        return self.alpha_run * left / self.max_confirmations
+        return max(self.alpha_run - self.spent, 0.0)
 
-    def next_alpha(self) -> float | None:
-        if self.confirmations >= self.max_confirmations:
+    def next_alpha(self, expected_remaining: float | None = None) -> float | None:
+        """Level for the next confirmation, or None when no confirmation may start."""
+        left = self.max_confirmations - self.confirmations
+        if left <= 0:
             return None
-        gamma = 1.0 / self.max_confirmations
-        if self.mode == "fwer":
-            return self.alpha_run * gamma
-        return min(self.alpha_run * gamma * (self.keeps + 1), 0.5)
+        if self.mode == "elond":
+            return min(self.alpha_run * (self.keeps + 1) / self.max_confirmations, 0.5)
+        even = self.alpha_run / self.max_confirmations
+        if expected_remaining is None or self.allocation == "even":
+            alpha = min(even, self.remaining)
+        else:
+            share = self.remaining / max(1.0, min(float(left), expected_remaining))
+            alpha = max(min(_grid_floor(share), self.remaining), min(even, self.remaining))
+        return alpha if alpha > 0 else None
 
     def record(self, alpha: float, kept: bool) -> ErrorBudget:
-        expected = self.next_alpha()
-        if expected is None:
+        """Account one finished confirmation that ran at `alpha`."""
+        if self.confirmations >= self.max_confirmations:
             raise ValueError("the run's error budget is exhausted: no confirmation may start")
-        if not math.isclose(alpha, expected, rel_tol=1e-12):
-            raise ValueError(f"confirmation ran at alpha {alpha}, but the budget issued {expected}")
+        if self.mode == "elond":
+            issued = self.next_alpha()
+            if not math.isclose(alpha, issued, rel_tol=1e-12):
+                raise ValueError(f"confirmation ran at alpha {alpha}, but e-LOND issued {issued}")
+        elif not 0 < alpha <= self.remaining * (1 + 1e-12):
+            raise ValueError(
+                f"confirmation ran at alpha {alpha}, but only {self.remaining} of the run's "
+                "error budget is left"
+            )
         return self.model_copy(
-            update={"tested": [*self.tested, expected], "kept": [*self.kept, bool(kept)]}
+            update={"tested": [*self.tested, float(alpha)], "kept": [*self.kept, bool(kept)]}
         )
+
+
+def _grid_floor(alpha: float) -> float:
+    """Round down onto a 2% log grid, so boundary tables are reused across confirmations."""
+    if alpha <= 0:
+        return 0.0
+    step = math.log(ALPHA_GRID_RATIO)
+    return math.exp(math.floor(math.log(alpha) / step + 1e-9) * step)
+
+
+PRIOR_AUDITS_PER_CONFIRMATION = 12.5  # research note: J_max = N / 12.5
+PRIOR_WEIGHT = 2.0  # confirmations' worth of weight on that prior
+
+
+def expected_confirmations(audits_left: int, audits_spent: int, confirmations: int) -> float:
+    """Forecast of how many more confirmations `audits_left` will pay for.
+
+    `audits_spent` = audits spent on candidates so far (screened-out ones included); the cost
+    per confirmation is shrunk towards the prior while few confirmations have run.
+    """
+    cost = (audits_spent + PRIOR_WEIGHT * PRIOR_AUDITS_PER_CONFIRMATION) / (
+        confirmations + PRIOR_WEIGHT
+    )
+    return max(audits_left, 0) / cost
+
+
+def should_promote(decision: GateDecision) -> bool:
+    """The one check before a promotion: a KEEP from a confirmation (or certification) in which
+    every leg is known and crossed its boundary. A screen result or a bare scalar never is."""
+    return (
+        decision.verdict == "keep"
+        and decision.stage in ("confirm", "certify")
+        and bool(decision.legs)
+        and all(leg.passed is True for leg in decision.legs)
+    )
 
 
 def leg_summary(decision: GateDecision) -> Mapping[str, bool | None]:

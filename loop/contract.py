@@ -115,6 +115,11 @@ class Promotion(_Strict):
     harm_veto_beta: Annotated[float, Field(gt=0, lt=1)] = 0.01  # per critical dimension
     cp_floor: Annotated[float, Field(ge=0, lt=1)] = 0.05  # revert below this conditional power
     alpha_certify: Annotated[float, Field(gt=0, lt=1)] = 0.05  # final champion-vs-start test
+    # critical NI margin = min(critical_margin, critical_margin_sd * sigma_c): quieter audits
+    # buy tighter protection instead of passing more regressions that are inside the margin
+    critical_margin_sd: Annotated[float, Field(gt=0)] | None = 0.75
+    # fwer: spread the unspent alpha over the confirmations the audit budget can still pay for
+    alpha_allocation: Literal["even", "forecast"] = "forecast"
 
     @model_validator(mode="after")
     def _disjoint(self) -> Promotion:

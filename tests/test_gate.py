@@ -12,13 +12,18 @@ from hypothesis import strategies as st
 from fitness import NoiseEstimate, NoisePool, RoundStat
 from gate import (
     ErrorBudget,
+    Leg,
+    critical_margin,
+    expected_confirmations,
     PairedMarginGate,
     SequentialPairedGate,
     StopRules,
     build_legs,
     make_certify_gate,
+    leg_result,
     make_gate,
     obf_boundaries,
+    should_promote,
     t_boundaries,
 )
 from loop.contract import Promotion
@@ -117,6 +122,10 @@ def test_clear_improvement_is_kept_on_fresh_rounds():
     assert d.verdict == "keep" and d.alpha == ALPHA_J
     assert all(leg.passed for leg in d.legs)
     assert all(leg.statistic <= leg.boundary for leg in d.legs)
+    assert should_promote(d)
+    assert not should_promote(d.model_copy(update={"stage": "screen"}))
+    assert not should_promote(d.model_copy(update={"legs": []}))
+    assert not should_promote(d.model_copy(update={"legs": [*d.legs[:-1], d.legs[-1].model_copy(update={"passed": None})]}))
 
 
 def test_missing_dimension_blocks_keep():
@@ -230,10 +239,36 @@ def test_fwer_budget_spends_alpha_evenly_then_stops():
         b.record(0.025, False)
 
 
-def test_budget_refuses_an_alpha_it_did_not_issue():
+def test_budget_refuses_alpha_beyond_what_is_left():
     b = ErrorBudget(alpha_run=0.1, max_confirmations=4)
+    with pytest.raises(ValueError, match="left"):
+        b.record(0.11, True)
+    e = ErrorBudget(alpha_run=0.1, max_confirmations=4, mode="elond")
     with pytest.raises(ValueError, match="issued"):
-        b.record(0.05, True)
+        e.record(0.05, True)
+
+
+def test_forecast_allocation_spreads_what_is_left_and_never_overspends():
+    b = ErrorBudget(alpha_run=0.1, max_confirmations=24)
+    assert b.next_alpha() == pytest.approx(0.1 / 24)
+    forecast = b.next_alpha(expected_remaining=10)  # 0.1 / 10, rounded down onto a 2% grid
+    assert 0.01 / 1.02 <= forecast <= 0.01
+    assert b.next_alpha(expected_remaining=100) == pytest.approx(0.1 / 24)  # capped by J
+    rng = np.random.default_rng(1)
+    while (alpha := b.next_alpha(expected_remaining=float(rng.uniform(0, 30)))) is not None:
+        b = b.record(alpha, kept=False)
+        assert b.spent <= 0.1 + 1e-12
+        if b.remaining < 1e-12:
+            break
+    assert math.fsum(b.tested) <= 0.1 + 1e-12
+    even = ErrorBudget(alpha_run=0.1, max_confirmations=24, allocation="even")
+    assert even.next_alpha(expected_remaining=10) == pytest.approx(0.1 / 24)
+
+
+def test_expected_confirmations_learns_the_cost_per_confirmation():
+    assert expected_confirmations(125, 0, 0) == pytest.approx(10)  # prior 12.5 audits each
+    assert expected_confirmations(100, 200, 10) == pytest.approx(100 / (225 / 12))
+    assert expected_confirmations(-5, 10, 1) == 0
 
 
 def test_elond_budget_grows_with_discoveries():
@@ -252,3 +287,24 @@ def test_budget_round_trips_and_reads_the_contract():
     b = ErrorBudget.from_promotion(PROMO).record(0.1 / 24, True)
     again = ErrorBudget.model_validate_json(b.model_dump_json())
     assert again == b and again.next_alpha() == pytest.approx(0.1 / 24)
+
+
+def test_a_crossed_leg_stays_rejected_only_with_latching():
+    leg = Leg("t", "target", (("t", 1.0),), null=0.0, alpha=0.2, sigma=1.0, df=1000)
+    rounds = [rs(t=-3.0), rs(t=3.0)]
+    latched = leg_result(leg, rounds, looks=2, latch=True)
+    assert latched.passed and latched.crossed_at == 1
+    assert latched.statistic == pytest.approx(0.0) and latched.statistic > latched.boundary
+    current = leg_result(leg, rounds, looks=2, latch=False)
+    assert current.passed is False and current.crossed_at is None
+
+
+def test_critical_margin_tightens_with_low_noise_only_when_asked():
+    quiet = NoiseEstimate(sigma={d: 0.5 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40)
+    fixed = PROMO.model_copy(update={"critical_margin_sd": None})
+    assert critical_margin(fixed, quiet, "c1") == 0.5
+    scaled = PROMO.model_copy(update={"critical_margin_sd": 0.75})
+    assert critical_margin(scaled, quiet, "c1") == pytest.approx(0.375)
+    assert critical_margin(scaled, NOISE, "c1") == 0.5  # 0.75 * 0.8 > the contract's 0.5
+    legs = build_legs(scaled, quiet, ALPHA_J)
+    assert [lg.null for lg in legs if lg.kind == "critical"] == pytest.approx([0.375, 0.375])
