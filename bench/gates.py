@@ -1,0 +1,285 @@
+"""Benchmark of KEEP/REVERT gates on the simulated audit world (stats-gate.md sections 4-5).
+
+Runs the single-audit margin gate, a GEODE-style gate, a fixed-K replicate gate, the loop's
+own gate (gate.py, as the loop calls it), a random arm and an oracle side by side on the same
+worlds and candidate sequences, for each drift scenario, noise correlation and budget; then
+the type-I validity table of the confirmation test and an acceptance check. All figures are
+SIMULATED: they score the statistics on a calibrated model, not any real model or policy.
+
+    python -m bench.gates                 # default: 60 runs per cell, a few minutes on 2 cores
+    python -m bench.gates --full          # 1000 runs per cell and 2000 validity replicates
+    python -m bench.gates --runs 20 --budgets 300 --variants   # quick look, extra SPG variants
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+import prepare
+from bench.metrics import Row, aggregate, format_table
+from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
+from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
+from bench.validity import format_validity, validity_table
+from loop.contract import Promotion, SimParams, load_contract
+from sil_runtime.sim.world import World
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = 20250601
+DRIFTS = {
+    "none": {"drift_sd": 0.0},
+    "calibrated": {},
+    "up trend": {"drift_trend": 0.005},
+    "down trend": {"drift_trend": -0.005},
+}
+CORRELATIONS = (0.0, 0.5)
+BUDGETS = (150, 300, 600)
+DEFAULT_RUNS, FULL_RUNS = 60, 1000
+DEFAULT_VALIDITY, FULL_VALIDITY = 500, 2000
+CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
+CERTIFY_AUDITS = 40
+METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
+VARIANTS = ("loop_gate_elond", "loop_gate_certified", "loop_gate_unlatched")
+# Acceptance (issue 4): final true target change of the loop's gate at budget 300.
+TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
+SD_WORLDS, SD_PAIRS = 40, 50
+
+
+@dataclass(frozen=True)
+class Cell:
+    drift: str
+    rho: float
+    budget: int
+
+    @property
+    def label(self) -> str:
+        return f"drift={self.drift}, rho={self.rho}, budget={self.budget}"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a worker needs: base world parameters, dimensions and the loop's promotion."""
+
+    params: SimParams
+    dims: tuple[str, ...]
+    n_seeds: int
+    promotion: Promotion
+    methods: tuple[str, ...]
+
+    def cell_params(self, cell: Cell, run: int) -> SimParams:
+        update = {**DRIFTS[cell.drift], "pair_correlation": cell.rho, "world_seed": SEED + run}
+        return self.params.model_copy(update=update)
+
+    def cell_promotion(self, cell: Cell, mode: str | None = None) -> Promotion:
+        j_max = max(6, round(CONFIRMATIONS_PER_300 * cell.budget / 300))
+        update: dict[str, object] = {"max_confirmations": j_max}
+        if mode:
+            update["error_control"] = mode
+        return self.promotion.model_copy(update=update)
+
+
+def load_setup(contract: Path, methods: Sequence[str], with_aux: bool,
+               overrides: dict[str, object] | None = None) -> Setup:
+    """World parameters and gate settings from the contract; dims = target + critical (+aux)."""
+    c = load_contract(contract).contract
+    if c.sim is None:
+        raise SystemExit(f"{contract} has no sim section: the benchmark needs the sim parameters")
+    p = c.promotion
+    aux = p.auxiliary_dimensions if with_aux else []
+    dims = (p.target_dimensions[0], *p.critical_dimensions, *aux)
+    update = {**(overrides or {}), "target_dimensions": [dims[0]], "auxiliary_dimensions": aux}
+    try:
+        promo = Promotion.model_validate({**p.model_dump(), **update})
+    except ValidationError as ex:
+        raise SystemExit(f"invalid promotion override: {ex}") from None
+    return Setup(c.sim, dims, len(prepare.load_seeds()), promo, tuple(methods))
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in Promotion.model_fields:
+            raise SystemExit(f"--set expects FIELD=VALUE with a promotion field, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare string such as elond
+    return out
+
+
+def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
+    """All procedures on one world and one candidate sequence."""
+    world = World(setup.cell_params(cell, run), setup.dims, setup.n_seeds)
+    promo = setup.promotion
+    cand_rng = np.random.default_rng(np.random.SeedSequence([SEED, run, 1]))
+    count = max(400, cell.budget + 100)
+    candidates = candidate_stream(world, cand_rng, count, setup.dims[0], promo.critical_dimensions)
+    critical_idx = [setup.dims.index(d) for d in promo.critical_dimensions]
+    out = {}
+    for method in setup.methods:
+        run_state = SimRun(world, candidates, cell.budget, method, critical_idx)
+        procedure, settings = _procedure(setup, cell, method, run)
+        procedure(run_state, settings)
+        out[method] = summarize(run_state)
+    return out
+
+
+def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedure, object]:
+    if method == "loop_gate":
+        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell))
+    if method == "loop_gate_elond":
+        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
+    if method == "loop_gate_unlatched":
+        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell), latch=False)
+    if method == "loop_gate_certified":
+        settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=CERTIFY_AUDITS)
+        return PROCEDURES["loop_gate"], settings
+    if method == "random":
+        return PROCEDURES["random"], np.random.default_rng(np.random.SeedSequence([SEED, run, 2]))
+    return PROCEDURES[method], None
+
+
+def paired_sd(setup: Setup, cell: Cell) -> float:
+    """SD of one A/A paired round's target statistic in this cell (for the Wald bound)."""
+    diffs = []
+    for w in range(SD_WORLDS):
+        world = World(setup.cell_params(cell, 10_000 + w), setup.dims, setup.n_seeds)
+        run = SimRun(world, [], 10**6, "sd", [])
+        for _ in range(SD_PAIRS):
+            a, b = run.audit_pair(run.theta, run.theta)
+            diffs.append(audit_mean(a - b)[0])
+            run.used = (run.used + 7) % cell.budget  # spread ticks over the run
+    return float(np.nanstd(diffs, ddof=1))
+
+
+def _work(task: tuple[Setup, Cell, list[int]]) -> tuple[Cell, list[dict[str, RunSummary]]]:
+    setup, cell, runs = task
+    return cell, [simulate_run(setup, cell, r) for r in runs]
+
+
+def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterator[tuple]:
+    for cell in sorted(cells, key=lambda c: -c.budget):  # longest first balances the workers
+        for start in range(0, runs, chunk):
+            yield setup, cell, list(range(start, min(runs, start + chunk)))
+
+
+def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> dict[Cell, list[Row]]:
+    results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
+    tasks = list(_tasks(setup, cells, runs, chunk=max(1, min(25, runs // 4 or 1))))
+    if jobs > 1:
+        with mp.get_context("fork").Pool(jobs) as pool:
+            for cell, out in pool.imap_unordered(_work, tasks):
+                results[cell].extend(out)
+    else:
+        for task in tasks:
+            cell, out = _work(task)
+            results[cell].extend(out)
+    tables = {}
+    for cell in cells:
+        sd = paired_sd(setup, cell)
+        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd) for m in setup.methods]
+    return tables
+
+
+def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> list[str]:
+    """The issue's acceptance checks, evaluated on this run's figures."""
+    lines = []
+    for cell, rows in tables.items():
+        by = {r.method: r for r in rows}
+        if "loop_gate" not in by:
+            continue
+        ok = by["loop_gate"].admissible(alpha_run)
+        others = [m for m in ("single_audit", "geode") if m in by]
+        refuted = all(not by[m].admissible(alpha_run) for m in others)
+        line = (f"{cell.label}: loop gate admissible={'yes' if ok else 'NO'}"
+                f" (P(false KEEP) {by['loop_gate'].false_keep_run:.3f} <= {alpha_run},"
+                f" P(worse) {by['loop_gate'].p_worse:.3f} <= 0.1);"
+                f" single-audit/GEODE inadmissible={'yes' if refuted else 'NO'}")
+        if cell.budget == 300 and cell.drift == "calibrated":
+            goal = TARGET_GAIN[cell.rho]
+            gain = by["loop_gate"].final_target
+            line += f"; final dT {gain:+.3f} <= {goal} {'yes' if gain <= goal else 'NO'}"
+        lines.append(line)
+    bad = [f"{r.scenario} a={r.alpha}" for r in validity if not r.within_mc_error]
+    lines.append("type-I within MC error of nominal: " + ("yes" if not bad else "NO: " + ", ".join(bad)))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--full", action="store_true", help=f"{FULL_RUNS} runs per cell")
+    ap.add_argument("--runs", type=int, help=f"runs per cell (default {DEFAULT_RUNS})")
+    ap.add_argument("--validity-reps", type=int, help="null replicates for the type-I table")
+    ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    ap.add_argument("--drifts", nargs="+", default=list(DRIFTS), choices=list(DRIFTS))
+    ap.add_argument("--rhos", type=float, nargs="+", default=list(CORRELATIONS))
+    ap.add_argument("--variants", action="store_true", help="add e-LOND and certified loop gates")
+    ap.add_argument("--methods", nargs="+", choices=METHODS + VARIANTS, help="run only these")
+    ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--contract", type=Path, default=REPO / "program.md")
+    ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                    help="override promotion settings of the loop's gate, e.g. critical_margin=0.4")
+    ap.add_argument("--out", type=Path, help="also write <out>/gates.md and gates.json")
+    args = ap.parse_args(argv)
+    runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
+    reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
+    if runs < 2 or reps < 1:
+        raise SystemExit("--runs must be >= 2 and --validity-reps >= 1")
+    methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
+    setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
+    alpha_run = setup.promotion.alpha_run
+    cells = [Cell(d, r, b) for d in args.drifts for r in args.rhos for b in args.budgets]
+    start = time.monotonic()
+    out = [f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
+           f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
+           f"loop gate: {setup.promotion.gate}, alpha_run {alpha_run} ({setup.promotion.error_control}), "
+           f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300", ""]
+    print("\n".join(out), flush=True)
+    tables = run_grid(setup, cells, runs, args.jobs)
+    for cell in cells:
+        block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n"
+        print(block, flush=True)
+        out.append(block)
+    validity = validity_table(setup.params, setup.dims, setup.n_seeds,
+                              setup.promotion.calibration_pairs, reps, SEED)
+    block = (f"## Type-I of the confirmation test (pure null, target leg only, "
+             f"{setup.promotion.calibration_pairs} A/A pairs, K = 12, {reps} replicates)\n\n"
+             f"{format_validity(validity)}\n")
+    print(block)
+    out.append(block)
+    checks = acceptance(tables, validity, alpha_run)
+    block = "## Acceptance checks\n\n" + "\n".join(f"- {line}" for line in checks)
+    block += f"\n\n(elapsed {time.monotonic() - start:.0f} s, {args.jobs} worker(s))"
+    print(block)
+    out.append(block)
+    if args.out:
+        _write(args.out, "\n".join(out), tables, validity)
+
+
+def _write(folder: Path, text: str, tables: dict[Cell, list[Row]], validity) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gates.md").write_text(text + "\n", encoding="utf-8")
+    data = {
+        "cells": [{**asdict(c), "rows": [asdict(r) for r in rows]} for c, rows in tables.items()],
+        "validity": [asdict(v) for v in validity],
+    }
+    (folder / "gates.json").write_text(
+        json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x),
+        encoding="utf-8",
+    )
+
+
+if __name__ == "__main__":
+    main()

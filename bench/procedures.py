@@ -1,0 +1,237 @@
+"""The KEEP/REVERT procedures the benchmark compares, each driving a `SimRun` to its budget.
+
+- single_audit: the autoresearch habit. A 5-audit stored baseline; KEEP when one candidate
+  audit beats it by a 0.3 margin on the target with no critical above baseline + se + 0.3;
+  a KEEP overwrites the baseline with that audit.
+- geode: GEODE-style. Trimmed 5-audit stored baseline with its stderr; each candidate is
+  audited `replicates` times; strict critical reject above baseline + stderr + 0.5; promote
+  when the target gain exceeds 1 sigma (sqrt of both stderrs squared); a promotion stores
+  the candidate's measurement as the new baseline.
+- fixed_k: the single-audit rule as a screen, then K fresh replicates whose mean must pass
+  the same rule; a KEEP stores the replicate mean as the baseline.
+- loop_gate: the loop's own gate (`gate.make_gate`, `fitness.paired_round`, `NoisePool`,
+  `ErrorBudget`), fed by concurrent paired rounds, with A/A calibration pairs first.
+- random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from bench.simrun import HARM_TOLERANCE, SimRun
+from fitness import NoisePool, RoundStat, paired_round
+from gate import (
+    ErrorBudget,
+    SequentialPairedGate,
+    expected_confirmations,
+    make_certify_gate,
+    make_gate,
+)
+from loop.contract import Promotion
+
+BASELINE_AUDITS = 5
+MARGIN = 0.3  # single-audit and fixed-K: target must beat the baseline by this
+CRITICAL_MARGIN = 0.3  # ... and no critical above baseline + se + this
+GEODE_CRITICAL_MARGIN = 0.5
+GEODE_GAIN_SIGMAS = 1.0
+GEODE_REPLICATES = 3
+FIXED_K = 3
+
+
+@dataclass(frozen=True)
+class LoopGateSettings:
+    promotion: Promotion
+    certify_audits: int = 0  # reserve for the final champion-vs-start certification
+    latch: bool = True  # False: a leg must be across its boundary at the KEEP look itself
+
+
+def audit_mean(y: np.ndarray) -> np.ndarray:
+    """Per-dim mean over scored seeds; NaN where a dim has none."""
+    return mean_and_se(y)[0]
+
+
+def mean_and_se(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard errors ignoring NaN (NaN where too few values)."""
+    seen = ~np.isnan(rows)
+    n = seen.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(seen, rows, 0.0).sum(axis=0) / n
+        ss = np.where(seen, rows - mean, 0.0) ** 2
+        se = np.sqrt(ss.sum(axis=0) / (n - 1) / n)
+    return mean, np.where(n >= 2, se, np.nan)
+
+
+def _stored_baseline(run: SimRun, trimmed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and across-audit stderr of BASELINE_AUDITS audits of the champion."""
+    means = np.array([audit_mean(run.audit(run.theta)) for _ in range(BASELINE_AUDITS)])
+    if trimmed and len(means) >= 4:  # drop the single highest and lowest, per dim
+        means = np.sort(means, axis=0)[1:-1]  # NaN sorts last: a missing audit is dropped
+    return mean_and_se(means)
+
+
+def _passes_margin(m: np.ndarray, base: np.ndarray, se: np.ndarray, crit: list[int]) -> bool:
+    if np.isnan(m[0]) or m[0] > base[0] - MARGIN:
+        return False
+    return not any(m[c] > base[c] + se[c] + CRITICAL_MARGIN for c in crit if not np.isnan(m[c]))
+
+
+def _overwrite(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Store a new baseline; dimensions it did not measure keep their old value."""
+    return np.where(np.isnan(new), old, new)
+
+
+def run_single_audit(run: SimRun, _settings: object) -> None:
+    base, se = _stored_baseline(run, trimmed=False)
+    for cand in run.candidates:
+        if run.left() < 1:
+            return
+        y = run.audit(run.theta + cand.field)
+        m = audit_mean(y)
+        keep = _passes_margin(m, base, se, run.critical_idx)
+        run.decide(cand, keep, 1)
+        if keep:
+            base, se = _overwrite(base, m), _overwrite(se, mean_and_se(y)[1])
+
+
+def run_fixed_k(run: SimRun, _settings: object) -> None:
+    base, se = _stored_baseline(run, trimmed=False)
+    for cand in run.candidates:
+        if run.left() < 1:
+            return
+        m = audit_mean(run.audit(run.theta + cand.field))
+        if not _passes_margin(m, base, se, run.critical_idx) or run.left() < FIXED_K:
+            run.decide(cand, False, 1)
+            continue
+        reps = np.array([audit_mean(run.audit(run.theta + cand.field)) for _ in range(FIXED_K)])
+        mean, rep_se = mean_and_se(reps)
+        keep = _passes_margin(mean, base, se, run.critical_idx)
+        run.decide(cand, keep, 1 + FIXED_K)
+        if keep:
+            base, se = _overwrite(base, mean), _overwrite(se, rep_se)
+
+
+def run_geode(run: SimRun, _settings: object) -> None:
+    base, se = _stored_baseline(run, trimmed=True)
+    for cand in run.candidates:
+        if run.left() < GEODE_REPLICATES:
+            return
+        reps = np.array(
+            [audit_mean(run.audit(run.theta + cand.field)) for _ in range(GEODE_REPLICATES)]
+        )
+        mean, cand_se = mean_and_se(reps)
+        keep = _geode_promotes(mean, cand_se, base, se, run.critical_idx)
+        run.decide(cand, keep, GEODE_REPLICATES)
+        if keep:
+            base, se = _overwrite(base, mean), _overwrite(se, cand_se)
+
+
+def _geode_promotes(m: np.ndarray, m_se: np.ndarray, base: np.ndarray, se: np.ndarray,
+                    crit: list[int]) -> bool:
+    if np.isnan(m[0]) or np.isnan(base[0]):
+        return False  # a missing targeted dim rejects
+    if any(m[c] > base[c] + se[c] + GEODE_CRITICAL_MARGIN for c in crit if not np.isnan(m[c])):
+        return False  # critical strict reject
+    sigma = math.sqrt(np.nan_to_num(se[0]) ** 2 + np.nan_to_num(m_se[0]) ** 2)
+    return bool(base[0] - m[0] > GEODE_GAIN_SIGMAS * sigma)
+
+
+def run_random(run: SimRun, settings: np.random.Generator) -> None:
+    for cand in run.candidates:
+        if run.left() < 1:
+            return
+        run.audit(run.theta + cand.field)
+        run.decide(cand, bool(settings.random() < 0.5), 1)
+
+
+def run_oracle(run: SimRun, _settings: object) -> None:
+    for cand in run.candidates:
+        if run.left() < 1:
+            return
+        run.used += 1  # charged one audit per candidate, as if it had looked
+        delta = run.true_delta(cand.field)
+        harm = max((delta[c] for c in run.critical_idx), default=0.0)
+        run.decide(cand, bool(delta[0] < 0 and harm <= HARM_TOLERANCE), 1)
+
+
+# ---------------------------------------------------------------------------- the loop's gate
+
+
+def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, coverage: float) -> RoundStat:
+    a, b = run.audit_pair(cand, champ)
+    return paired_round(a, b, run.world.dims, coverage)
+
+
+def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
+    """The loop's gate, exactly as the loop calls it: calibrate, then screen and confirm."""
+    promo = settings.promotion
+    coverage = promo.min_seed_coverage
+    pool = NoisePool()
+    for _ in range(promo.calibration_pairs):
+        pool.add_aa(_round(run, run.theta, run.theta, coverage))
+    calibration = run.used
+    budget = ErrorBudget.from_promotion(promo)
+    reserve = settings.certify_audits
+    for cand in run.candidates:
+        forecast = expected_confirmations(
+            run.left() - reserve, run.used - calibration, budget.confirmations
+        )
+        alpha = budget.next_alpha(forecast)
+        if alpha is None or run.left() - reserve < 2:
+            break  # the error budget or the audit budget is spent: stop auditing
+        gate = make_gate(promo, pool.estimate(), alpha)  # noise frozen for this candidate
+        if not settings.latch and isinstance(gate, SequentialPairedGate):
+            gate = replace(gate, latch=False)
+        field = run.theta + cand.field
+        rounds = [_round(run, field, run.theta, coverage)]
+        kept = False
+        if gate.screen(rounds[0]).verdict == "continue" and run.left() - reserve >= 2:
+            horizon = min(promo.replicate_k, (run.left() - reserve) // 2)
+            fresh: list[RoundStat] = []
+            while True:
+                fresh.append(_round(run, field, run.theta, coverage))
+                verdict = gate.confirm(fresh, horizon=horizon).verdict
+                if verdict != "continue":
+                    break
+            kept = verdict == "keep"
+            budget = budget.record(alpha, kept)
+            rounds += fresh
+        pool.add_candidate(rounds)
+        run.decide(cand, kept, 2 * len(rounds))
+    run.notes["alpha_spent"] = budget.spent
+    run.notes["calibration_audits"] = calibration
+    if reserve and budget.keeps:
+        _certify(run, promo, pool, coverage)
+
+
+def _certify(run: SimRun, promo: Promotion, pool: NoisePool, coverage: float) -> None:
+    """Champion vs the starting policy on the reserved audits; roll back if not certified."""
+    rounds_left = run.left() // 2
+    if rounds_left < 1:
+        run.notes["certified"] = 0.0
+        run.set_champion(run.origin.copy())
+        return
+    gate = make_certify_gate(promo, pool.estimate(), rounds_left)
+    fresh: list[RoundStat] = []
+    verdict = "continue"
+    while verdict == "continue":
+        fresh.append(_round(run, run.theta, run.origin, coverage))
+        verdict = gate.confirm(fresh).verdict
+    run.notes["certified"] = float(verdict == "keep")
+    if verdict != "keep":
+        run.set_champion(run.origin.copy())
+
+
+Procedure = Callable[[SimRun, object], None]
+PROCEDURES: dict[str, Procedure] = {
+    "single_audit": run_single_audit,
+    "geode": run_geode,
+    "fixed_k": run_fixed_k,
+    "loop_gate": run_loop_gate,
+    "random": run_random,
+    "oracle": run_oracle,
+}
+

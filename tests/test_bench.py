@@ -1,0 +1,113 @@
+"""bench/: the gate benchmark's harness, procedures, metrics and CLI (tiny budgets, fast)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import gates
+from bench.gates import Cell, load_setup, simulate_run
+from bench.metrics import aggregate, wald_bound_rounds
+from bench.simrun import RunSummary, SimRun
+from bench.validity import null_promotion, one_replicate
+from sil_runtime.sim.world import World
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_setup(REPO / "program.md", gates.METHODS + gates.VARIANTS, with_aux=False)
+
+
+def test_setup_uses_target_and_critical_dims_of_the_contract(setup):
+    p = setup.promotion
+    assert setup.dims == (p.target_dimensions[0], *p.critical_dimensions)
+    assert p.auxiliary_dimensions == [] and setup.n_seeds == 10
+    assert setup.cell_promotion(Cell("none", 0.0, 150)).max_confirmations == 12
+    assert setup.cell_promotion(Cell("none", 0.0, 600), "elond").error_control == "elond"
+
+
+def test_every_procedure_runs_within_budget_on_the_same_stream(setup):
+    out = simulate_run(setup, Cell("calibrated", 0.5, 80), run=3)
+    assert set(out) == set(setup.methods)
+    for name, s in out.items():
+        assert s.used <= 80, name
+        assert s.keeps <= s.decisions
+    assert out["oracle"].null_keeps == 0 and not out["oracle"].false_keep
+    assert out["random"].decisions == 80
+    assert 0 < out["random"].keeps < 80
+    for name in ("loop_gate", "loop_gate_elond", "loop_gate_certified"):
+        assert out[name].alpha_spent <= setup.promotion.alpha_run + 1e-12
+
+
+def test_runs_are_reproducible(setup):
+    cell = Cell("up trend", 0.0, 60)
+    assert simulate_run(setup, cell, run=1) == simulate_run(setup, cell, run=1)
+
+
+def test_paired_audits_share_a_tick_and_truth_tracks_the_champion(setup):
+    world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
+    run = SimRun(world, [], budget=10, name="t", critical_idx=[1, 2, 3, 4])
+    run.audit_pair(run.theta, run.theta)
+    assert run.used == 2 and run.left() == 8
+    change = np.zeros(world.shape)
+    change[:, 0] = -1.0
+    delta = run.true_delta(change)
+    assert delta[0] < 0 and np.allclose(delta[1:], 0)
+    run.set_champion(run.theta + change)
+    assert run.final_delta()[0] == pytest.approx(delta[0])
+    assert np.allclose(run.true_delta(np.zeros(world.shape)), 0)
+
+
+@pytest.mark.parametrize(
+    "alpha,effect,audits",
+    [(0.05, 0.3, 59), (0.05, 0.5, 21), (0.05, 0.8, 8.3), (0.1 / 24, 0.5, 43), (0.1 / 24, 0.8, 17)],
+)
+def test_wald_bound_matches_the_research_note(alpha, effect, audits):
+    _, rounds = wald_bound_rounds(alpha, 0.2, effect, 0.836)
+    assert 2 * rounds == pytest.approx(audits, rel=0.03)
+
+
+def _summary(false_keep: bool, final_target: float, final_critical: float) -> RunSummary:
+    return RunSummary(
+        decisions=10, keeps=1, audits=20, used=20, false_keep=false_keep, harmful_keep=False,
+        bad_share=float(false_keep), final_target=final_target, final_critical=final_critical,
+        null_decisions=5, null_keeps=int(false_keep), good_decisions=3, good_keeps=1,
+        good_effect_sum=1.5,
+    )
+
+
+def test_aggregate_scores_admissibility_against_the_truth():
+    runs = [_summary(i == 0, -0.5, 0.0) for i in range(20)]
+    row = aggregate("g", runs, sd_round=0.84)
+    assert row.false_keep_run == pytest.approx(0.05) and row.p_worse == 0
+    assert row.admissible(0.1) and not row.admissible(0.01)
+    worse = [_summary(False, 0.1 if i < 3 else -0.5, 0.0) for i in range(20)]
+    assert aggregate("g", worse, 0.84).p_worse == pytest.approx(0.15)
+    assert not aggregate("g", worse, 0.84).admissible(0.1)
+    harm = [_summary(False, -0.5, 0.31 if i < 3 else 0.2) for i in range(20)]
+    assert aggregate("g", harm, 0.84).p_worse == pytest.approx(0.15)
+    assert math.isfinite(row.wald_ratio) and row.audits_per_decision == 2.0
+
+
+def test_validity_replicate_tests_both_levels_on_a_null(setup):
+    promo = null_promotion(setup.dims[0], calibration_pairs=12)
+    params = setup.cell_params(Cell("calibrated", 0.0, 300), 7)
+    kept = one_replicate(params, setup.dims, setup.n_seeds, promo, np.random.default_rng(0))
+    assert set(kept) == {0.05, 0.01}
+    assert kept[0.01] <= kept[0.05]  # the 0.01 boundaries lie outside the 0.05 ones
+
+
+def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
+    gates.main([
+        "--runs", "2", "--budgets", "60", "--drifts", "calibrated", "--rhos", "0",
+        "--validity-reps", "2", "--jobs", "1", "--out", str(tmp_path),
+    ])
+    text = capsys.readouterr().out
+    assert "SIMULATED" in text and "| loop_gate |" in text and "| geode |" in text
+    assert "Type-I of the confirmation test" in text and "Acceptance checks" in text
+    assert (tmp_path / "gates.md").exists() and (tmp_path / "gates.json").exists()
