@@ -587,6 +587,7 @@ class Runner:
     def decide(self, arm: ArmState, verdict: str, reason: str, decision) -> None:
         p = arm.pending
         p.verdict, p.reason, p.stage = verdict, reason, "decided"
+        p.decision = decision.model_dump(mode="json") if decision is not None else None
         budget = gates.ErrorBudget.model_validate(self.state.error_budget)
         if arm.arm == "gate" and p.alpha is not None:
             budget = budget.record(p.alpha, verdict == "keep")
@@ -609,6 +610,11 @@ class Runner:
         s = mutation.surface
         mid = mutation.mutation_id
         crashpoint("settle.before_intent")
+        if p.verdict == "keep" and arm.arm == "gate":
+            decision = gates.GateDecision.model_validate(p.decision) if p.decision else None
+            if decision is None or not gates.should_promote(decision):
+                raise Halt(f"refusing to promote {mid}: its KEEP does not come from a confirmation in "
+                           "which every leg crossed its boundary")
         if p.verdict == "keep":
             self.book.once("intent", f"promote:{mid}", IntentRecord(action="promote", key=mid, detail={"arm": arm.arm}))
             crashpoint("settle.before_write")  # the working file already holds the candidate

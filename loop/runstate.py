@@ -53,6 +53,7 @@ class Pending(BaseModel):
     confirm: list[StoredRound] = []
     verdict: Literal["keep", "revert"] | None = None
     reason: str | None = None
+    decision: dict[str, Any] | None = None
     round_no: int = 0
 
 

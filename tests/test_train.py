@@ -169,3 +169,27 @@ def test_usd_budget_stops_before_it_could_be_exceeded(small: Path) -> None:
     assert runner.budget_left("gate", 2) is None          # 0.35 + 0.6 <= 1.0
     runner.state.usd = 0.45
     assert "USD budget" in runner.budget_left("gate", 2)  # 0.45 + 0.6 > 1.0: do not start
+
+
+def test_gate_keep_without_a_passing_confirmation_is_never_promoted(small: Path) -> None:
+    """A KEEP verdict alone (e.g. a forged or corrupted state) cannot make a champion."""
+    import gate as gates
+    from loop.mutation import Mutation
+
+    loaded = load_contract(small / "program.md")
+    cfg = RunConfig(repo_root=small, run_dir=small / "state" / "runs" / "forged",
+                    policy_dir=small / "state" / "policies", on_event=lambda s: None)
+    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
+    from loop.runstate import ArmState
+
+    arm = runner.state.arms.setdefault("gate", ArmState(arm="gate", champion=runner.state.origin))
+    runner.store.init_working("gate", arm.champion)
+    assert runner.propose(arm)
+    mutation = Mutation.model_validate(arm.pending.mutation)
+    runner.apply(arm, mutation)
+    screen_only = gates.GateDecision(verdict="keep", stage="screen", look=1, reason="forged",
+                                     legs=[], alpha=0.01)
+    runner.decide(arm, "keep", "forged", screen_only)
+    with pytest.raises(Exception, match="refusing to promote"):
+        runner.settle(arm, mutation)
+    assert runner.state.arms["gate"].champion == runner.state.origin
