@@ -434,7 +434,8 @@ class PairedMarginGate:
         if not 1 <= n <= self.looks:
             raise ValueError(f"confirm needs 1..{self.looks} fresh rounds, got {n}")
         last = n >= (self.looks if horizon is None else min(horizon, self.looks))
-        legs = [leg_result(leg, rounds, 1) for leg in self.legs]  # one look: c = z_{1-alpha}
+        # one look at the end: c = t_{1-alpha}; no latching, earlier prefixes are not looks
+        legs = [leg_result(leg, rounds, 1, latch=False) for leg in self.legs]
         if not last:
             return GateDecision(
                 verdict="continue", stage="confirm", look=n, legs=legs, alpha=self.alpha,

@@ -308,3 +308,11 @@ def test_critical_margin_tightens_with_low_noise_only_when_asked():
     assert critical_margin(scaled, NOISE, "c1") == 0.5  # 0.75 * 0.8 > the contract's 0.5
     legs = build_legs(scaled, quiet, ALPHA_J)
     assert [lg.null for lg in legs if lg.kind == "critical"] == pytest.approx([0.375, 0.375])
+
+
+def test_paired_margin_gate_judges_only_the_full_sample():
+    pm = PROMO.model_copy(update={"gate": "paired_margin", "replicate_k": 4})
+    gate = make_gate(pm, NOISE, 0.05)
+    rows = [(-5.0, -1.0), (2.0, -1.0), (2.0, -1.0), (1.5, -1.0)]  # target mean +0.125
+    early_luck = [rs(t=t, c=c, a=c) for t, c in rows]
+    assert gate.confirm(early_luck).verdict == "revert"
