@@ -8,10 +8,11 @@ the same time on the same seeds. The gate has two stages (research note stats-ga
 2. confirm: fresh rounds, group-sequential over at most K looks. O'Brien-Fleming-type
    Lan-DeMets spending with boundaries from exact recursive integration (Armitage,
    McPherson and Rowe), t-adjusted for the pooled noise estimate's degrees of freedom.
-   KEEP needs every leg across its boundary together (an intersection-union test):
-   target superiority, non-inferiority on each critical dimension at its margin, and one
-   composite non-inferiority test on the auxiliary dimensions. A leg with no data is unknown
-   and blocks KEEP. Futility, conditional power and a harm veto stop early and only REVERT,
+   KEEP needs every leg to have crossed its boundary on this confirmation's fresh rounds
+   (an intersection-union test; each leg is its own group-sequential test, so a crossing
+   stands once made): target superiority, non-inferiority on each critical dimension at its
+   margin, and one composite non-inferiority test on the auxiliary dimensions. A leg with
+   no data is unknown and blocks KEEP. Futility, conditional power and a harm veto stop early and only REVERT,
    so they cannot raise the false-KEEP rate.
 
 `ErrorBudget` splits the run's alpha over confirmations (online Bonferroni = FWER, or
@@ -349,8 +350,8 @@ class SequentialPairedGate:
                 reason=reason, diagnostics=diag,
             )
 
-        if all(r.passed for r in legs):
-            return decide("keep", f"all {len(legs)} legs crossed their boundaries at look {n}", {})
+        if legs and all(r.passed for r in legs):
+            return decide("keep", f"all {len(legs)} legs crossed their boundaries by look {n}", {})
         crossed = {r.dim for r in legs if r.passed}
         stop, diag = self._early_stop(rounds, n, horizon, crossed)
         if stop:
