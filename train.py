@@ -552,13 +552,20 @@ class Runner:
         self.decide(arm, "keep" if keep else "revert", f"random arm coin flip ({coin:.3f})", None)
 
     def _gate(self, p: Pending) -> gates.Gate:
-        noise = fitness.NoisePool.model_validate(self.state.noise_pool).estimate()
+        noise = fitness.NoiseEstimate.model_validate(p.noise)
         return gates.make_gate(self.promotion, noise, p.alpha or 0.0)
+
+    def _audits_left(self, arm: ArmState) -> int:
+        b = self.contract.budget
+        return min(b.arm_audits.get(arm.arm, b.max_audits) - arm.audits, b.max_audits - self.state.audits)
 
     def _screen(self, arm: ArmState, stat: StoredRound) -> None:
         p = arm.pending
+        # Frozen here, before the confirmation: no candidate's own rounds set its threshold.
+        p.noise = fitness.NoisePool.model_validate(self.state.noise_pool).estimate().model_dump(mode="json")
         budget = gates.ErrorBudget.model_validate(self.state.error_budget)
-        p.alpha = budget.next_alpha()
+        forecast = gates.expected_confirmations(self._audits_left(arm), arm.audits, budget.confirmations)
+        p.alpha = budget.next_alpha(forecast)
         decision = self._gate(p).screen(_round_stat(stat))
         p.screen = stat
         self._record_round(arm, stat, "screen", decision.model_dump(mode="json"))
@@ -571,7 +578,8 @@ class Runner:
     def _confirm(self, arm: ArmState, stat: StoredRound) -> None:
         p = arm.pending
         p.confirm.append(stat)
-        decision = self._gate(p).confirm([_round_stat(r) for r in p.confirm])
+        horizon = len(p.confirm) + self._audits_left(arm) // 2
+        decision = self._gate(p).confirm([_round_stat(r) for r in p.confirm], horizon=horizon)
         self._record_round(arm, stat, "confirm", decision.model_dump(mode="json"))
         self.emit(f"  {stat.label}: {decision.verdict} ({decision.reason})")
         if decision.verdict != "continue":

@@ -49,6 +49,7 @@ class Pending(BaseModel):
     candidate: PolicySet
     stage: Stage = "proposed"
     alpha: float | None = None
+    noise: dict[str, Any] | None = None
     screen: StoredRound | None = None
     confirm: list[StoredRound] = []
     verdict: Literal["keep", "revert"] | None = None
