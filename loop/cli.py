@@ -133,11 +133,11 @@ def ledger_verify(
     if as_json:
         out.print_json(report.model_dump_json())
         raise typer.Exit(0 if report.ok else 1)
-    for note in report.notes:
-        err.print(f"note: {note}")
     if report.ok:
         out.print(f"ok: {report.records} records, head {report.head_hash[:16]}, "
                   f"{report.checkpoints} checkpoints agree")
+        for note in report.notes:
+            out.print(f"note: {note}")
     else:
         err.print(f"[bold red]ledger does not verify[/] ({report.records} records):")
         for e in report.errors:
