@@ -23,3 +23,15 @@ def edit_contract(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, f"{old!r} not in contract"
     path.write_text(text.replace(old, new, 1))
+
+
+def with_value(data, path: tuple, value):
+    """A deep copy of JSON-like `data` with the item at `path` replaced by `value`."""
+    import json
+
+    out = json.loads(json.dumps(data))
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out

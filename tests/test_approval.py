@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import with_value
+
 from loop import approval as apmod
 from loop.approval import (
     Approval,
@@ -140,21 +142,13 @@ def _candidates(value: Any) -> list[Any]:
         if len(value) == 64 and all(c in "0123456789abcdef" for c in value):
             return [("1" if value[0] != "1" else "2") + value[1:]]
         return [value + "x", value + "X", "fixed" if value != "fixed" else "synthetic", "spg",
-                "paired_margin", "elond", "mutated"]
+                "paired_margin", "elond", "even", "forecast", "mutated"]
     if isinstance(value, list):
         return [value[:-1], value[::-1], [*value, "admirable"], [*value, "auditor_failure"]]
     if isinstance(value, dict):
         return [{"extra": "value"}]
     return []
 
-
-def _set(data: dict, path: tuple, value: Any) -> dict:
-    out = json.loads(json.dumps(data))
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
 
 
 def _changed_contracts(contract: Contract):
@@ -165,7 +159,7 @@ def _changed_contracts(contract: Contract):
             node = node[key]
         for value in _candidates(node):
             try:
-                changed = Contract.model_validate(_set(base, path, value))
+                changed = Contract.model_validate(with_value(base, path, value))
             except ValueError:
                 continue
             if changed.contract_hash != contract.contract_hash:

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import with_value
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -65,14 +67,6 @@ def _text_paths(node, prefix=()):
 CONTRACT_TEXTS = list(_text_paths(BASE))
 
 
-def _replace(data: dict, path: tuple, value) -> dict:
-    out = json.loads(json.dumps(data))
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
-
 
 def _parses_or_contract_error(text: str) -> None:
     try:
@@ -93,7 +87,7 @@ def test_contract_arbitrary_text(text: str) -> None:
 @FAST
 @given(path=st.sampled_from(CONTRACT_PATHS), value=junk)
 def test_contract_any_field_replaced_by_junk(path: tuple, value) -> None:
-    _parses_or_contract_error(_text(_replace(BASE, path, value)))
+    _parses_or_contract_error(_text(with_value(BASE, path, value)))
 
 
 @FAST
@@ -107,13 +101,13 @@ def test_contract_hidden_characters_are_rejected(pick: int, char: str, at: int, 
             parent = parent[key]
         key = str(path[-1])
         renamed = {(key[:at] + char + key[at:] if k == path[-1] else k): v for k, v in parent.items()}
-        data = _replace(BASE, path[:-1], renamed) if path[:-1] else renamed
+        data = with_value(BASE, path[:-1], renamed) if path[:-1] else renamed
     else:
         path = CONTRACT_TEXTS[pick % len(CONTRACT_TEXTS)]
         node = BASE
         for key in path:
             node = node[key]
-        data = _replace(BASE, path, node[:at] + char + node[at:])
+        data = with_value(BASE, path, node[:at] + char + node[at:])
     with pytest.raises(ContractError, match="invisible, control or bidirectional") as info:
         parse_contract(_text(data))
     assert f"U+{ord(char):04X}" in str(info.value)
@@ -146,7 +140,7 @@ def test_contract_hostile_documents(label: str, front: str) -> None:
 @pytest.mark.parametrize("value", [10**30, -1, "x" * 10_000, 1e308])
 def test_contract_huge_values_are_rejected(value) -> None:
     with pytest.raises(ContractError, match="budget.max_audits"):
-        parse_contract(_text(_replace(BASE, ("budget", "max_audits"), value)))
+        parse_contract(_text(with_value(BASE, ("budget", "max_audits"), value)))
 
 
 # --- policy files ---------------------------------------------------------------------------
@@ -154,14 +148,6 @@ def test_contract_huge_values_are_rejected(value) -> None:
 def _default(name: str) -> dict:
     return json.loads((REPO / "sil_runtime" / "defaults" / SURFACES[name].filename).read_text())
 
-
-def _set_in(doc, path, value):
-    out = json.loads(json.dumps(doc))
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
 
 
 def _parses_or_policy_error(name: str, data: bytes) -> None:
@@ -185,7 +171,7 @@ def test_policy_any_field_replaced_by_junk(name: str, value, pick: int) -> None:
     if not paths:
         return
     path = paths[pick % len(paths)]
-    _parses_or_policy_error(name, json.dumps(_set_in(doc, path, value)).encode())
+    _parses_or_policy_error(name, json.dumps(with_value(doc, path, value)).encode())
 
 
 @FAST
@@ -197,7 +183,7 @@ def test_policy_hidden_characters_are_rejected(name: str, char: str, pick: int) 
     node = doc
     for key in path:
         node = node[key]
-    tampered = _set_in(doc, path, node[:3] + char + node[3:])
+    tampered = with_value(doc, path, node[:3] + char + node[3:])
     with pytest.raises(PolicyError):
         parse_surface(name, json.dumps(tampered, ensure_ascii=False).encode())
 
@@ -208,7 +194,7 @@ def test_policy_duplicate_key_and_huge_text() -> None:
     doc = _default("wrapper_prompt")
     path = next(_text_paths(doc))
     with pytest.raises(PolicyError):
-        parse_surface("wrapper_prompt", canonical_bytes(_set_in(doc, path, "x" * 100_000)))
+        parse_surface("wrapper_prompt", canonical_bytes(with_value(doc, path, "x" * 100_000)))
 
 
 @pytest.mark.parametrize("text", [
@@ -220,7 +206,7 @@ def test_judge_addressed_policy_text_is_flagged(text: str) -> None:
     """Valid against the schema, but flagged: lint_text is what the mutation layer enforces."""
     doc = _default("wrapper_prompt")
     path = next(_text_paths(doc))
-    parse_surface("wrapper_prompt", canonical_bytes(_set_in(doc, path, text)))
+    parse_surface("wrapper_prompt", canonical_bytes(with_value(doc, path, text)))
     assert lint_text(text), text
 
 
