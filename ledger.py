@@ -35,7 +35,7 @@ GENESIS = "0" * 64
 RECORD_TYPES = frozenset(
     {
         "contract", "approval", "baseline", "noise", "mutation", "intent", "applied", "audit",
-        "gap", "round", "verdict", "promote", "revert", "replicate", "demote", "probe", "stop",
+        "gap", "round", "verdict", "certify", "promote", "revert", "replicate", "demote", "probe", "stop",
         "recovery", "halt", "summary",
     }
 )

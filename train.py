@@ -680,22 +680,66 @@ class Runner:
     # ---- final checks --------------------------------------------------------------------
 
     def final_checks(self) -> None:
-        n = self.contract.budget.final_check_rounds
+        """Re-measure each changed champion against the start; certify the gate's if asked."""
         for name in ("random", "gate"):
             arm = self.state.arms.get(name)
-            if arm is None or arm.champion == self.state.origin or n == 0:
+            if arm is None or arm.champion == self.state.origin:
                 continue
-            while len(arm.final_rounds) < n:
-                label = self.next_label(f"final-{name}-{len(arm.final_rounds):02d}")
-                if not self._resuming(label) and self.state.audits + 2 > self.contract.budget.max_audits:
-                    break
-                stat = self.paired_round("final", label, "final", arm.champion, self.state.origin)
-                if stat is not None:
-                    arm.final_rounds.append(stat)
-                    self.book.once("round", label, RoundRecord(arm=name, round=label, kind="final",
-                                   mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds))
-                self.round_consumed()  # saved together with the round's outcome
-                self.save()
+            certify = name == "gate" and self.contract.budget.certify_rounds > 0
+            rounds = self.contract.budget.certify_rounds if certify else self.contract.budget.final_check_rounds
+            verdict = self._final_rounds(arm, rounds, certify)
+            if certify and verdict != "continue":
+                self._conclude_certification(arm, verdict)
+
+    def _final_rounds(self, arm: ArmState, rounds: int, certify: bool) -> str:
+        """Paired rounds champion vs origin; with `certify`, until the certification decides."""
+        verdict = "continue"
+        while len(arm.final_rounds) < rounds and verdict == "continue":
+            label = self.next_label(f"final-{arm.arm}-{len(arm.final_rounds):02d}")
+            if not self._resuming(label) and self.state.audits + 2 > self.contract.budget.max_audits:
+                break
+            stat = self.paired_round("final", label, "final", arm.champion, self.state.origin)
+            decision = None
+            if stat is not None:
+                arm.final_rounds.append(stat)
+                if certify:
+                    decision = self._certify_gate(rounds).confirm([_round_stat(r) for r in arm.final_rounds])
+                    verdict = decision.verdict
+                self.book.once("round", label, RoundRecord(
+                    arm=arm.arm, round=label, kind="certify" if certify else "final", mutation_id=None,
+                    diff=stat.diff, n_seeds=stat.n_seeds,
+                    decision=decision.model_dump(mode="json") if decision else None))
+            self.round_consumed()  # saved together with the round's outcome
+            self.save()
+        if certify and verdict == "continue":
+            verdict = "revert"  # budget ran out before the certification could pass
+        return verdict
+
+    def _certify_gate(self, rounds: int) -> gates.Gate:
+        noise = fitness.NoisePool.model_validate(self.state.noise_pool).estimate()
+        return gates.make_certify_gate(self.promotion, noise, rounds)
+
+    def _conclude_certification(self, arm: ArmState, verdict: str) -> None:
+        """A champion that fails certification is rolled back to the starting policy."""
+        champion = arm.champion
+        key = f"certify:{champion.set_id}"
+        self.book.once("certify", key, {"arm": arm.arm, "policy_set": champion.set_id,
+                                        "certified": verdict == "keep", "rounds": len(arm.final_rounds)})
+        if verdict == "keep":
+            arm.stop_reason = f"{arm.stop_reason}; champion certified"
+            self.save()
+            return
+        self.book.once("intent", key, IntentRecord(action="demote", key=key, detail={"arm": arm.arm}))
+        for surface in champion.hashes:
+            if champion.hashes[surface] != self.state.origin.hashes[surface]:
+                self.store.write_surface(arm.arm, surface, self.state.origin, expect_current=champion.hashes[surface])
+        arm.champion = self.state.origin
+        arm.stop_reason = f"{arm.stop_reason}; champion failed certification, rolled back"
+        self.book.once("demote", key, {"arm": arm.arm, "policy_set": champion.set_id,
+                                       "restored": self.state.origin.set_id,
+                                       "reason": "champion not certified against the starting policy: rolled back"})
+        self.save()
+        self.emit(f"gate: champion {champion.set_id} failed certification; rolled back to the starting policy")
 
 
 def audit_cost_bound(contract, n_seeds: int) -> float:

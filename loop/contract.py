@@ -80,12 +80,16 @@ class Budget(_Strict):
     max_usd: Annotated[float, Field(ge=0)]
     arm_audits: dict[Arm, Annotated[int, Field(ge=0)]]
     final_check_rounds: Annotated[int, Field(ge=0, le=100)] = 4
+    # Reserved for certifying the gate arm's final champion against the starting policy
+    # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check.
+    certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
 
     @model_validator(mode="after")
     def _fits(self) -> Budget:
-        if sum(self.arm_audits.values()) > self.max_audits:
+        needed = sum(self.arm_audits.values()) + 2 * self.certify_rounds
+        if needed > self.max_audits:
             raise ValueError(
-                f"arm_audits add up to {sum(self.arm_audits.values())}, more than max_audits "
+                f"arm_audits plus 2 x certify_rounds add up to {needed}, more than max_audits "
                 f"{self.max_audits}"
             )
         return self

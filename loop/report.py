@@ -114,6 +114,9 @@ def conclusion(s: Summary) -> str:
     gate_arm = next((a for a in s.arms if a.arm == "gate"), None)
     if gate_arm is None:
         return "conclusion: no gate arm in this run"
+    if not gate_arm.changed and gate_arm.keeps:
+        return (f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion failed "
+                "certification against the start and was rolled back — no robust improvement")
     if not gate_arm.changed:
         return ("conclusion: no candidate passed the gate — no clear improvement at this noise level "
                 f"({gate_arm.candidates} tried)")

@@ -32,6 +32,8 @@ _DESCRIBE = {
     "promote": lambda p: f"{p.get('mutation_id', p.get('policy_set'))} [{p['arm']}] champion → {p['policy_set']}",
     "revert": lambda p: f"{p['mutation_id']} [{p['arm']}] restored {p['surface']} {p['to_hash'][:8]}",
     "noise": lambda p: "sigma " + ", ".join(f"{d}={v:.2f}" for d, v in list(p["estimate"]["sigma"].items())[:3]),
+    "certify": lambda p: f"[{p['arm']}] champion {p['policy_set']} "
+                         f"{'CERTIFIED' if p['certified'] else 'NOT certified'} after {p['rounds']} rounds",
     "stop": lambda p: f"{p['reason']} after {p['audits']} audits ({p['gaps']} gaps)",
     "halt": lambda p: p["reason"],
 }

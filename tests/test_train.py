@@ -18,6 +18,7 @@ SMALL = {
     "max_audits: 400": "max_audits: 44",
     "arm_audits: {never: 24, random: 20, gate: 130}": "arm_audits: {never: 6, random: 6, gate: 24}",
     "final_check_rounds: 4": "final_check_rounds: 1",
+    "certify_rounds: 8": "certify_rounds: 1",
     "baseline_k: 5": "baseline_k: 2",
     "calibration_pairs: 12": "calibration_pairs: 3",
     "replicate_k: 16": "replicate_k: 3",
@@ -193,3 +194,43 @@ def test_gate_keep_without_a_passing_confirmation_is_never_promoted(small: Path)
     with pytest.raises(Exception, match="refusing to promote"):
         runner.settle(arm, mutation)
     assert runner.state.arms["gate"].champion == runner.state.origin
+
+
+@pytest.mark.parametrize("certified", [True, False])
+def test_gate_champion_is_certified_or_rolled_back(small: Path, monkeypatch, certified: bool) -> None:
+    """With certify_rounds, the gate's champion keeps its place only if certification passes."""
+    import gate as gates
+    from loop.mutation import Mutation
+    from loop.runstate import ArmState
+
+    edit_contract(small / "program.md", "certify_rounds: 1", "certify_rounds: 2")
+    loaded = load_contract(small / "program.md")
+    cfg = RunConfig(repo_root=small, run_dir=small / "state" / "runs" / "cert",
+                    policy_dir=small / "state" / "policies", on_event=lambda s: None)
+    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
+    runner.never_arm()
+    arm = runner.state.arms.setdefault("gate", ArmState(arm="gate", champion=runner.state.origin))
+    runner.store.init_working("gate", arm.champion)
+    assert runner.propose(arm)
+    runner.apply(arm, Mutation.model_validate(arm.pending.mutation))
+    candidate = arm.pending.candidate
+    arm.champion, arm.pending = candidate, None  # as if the gate had kept it
+
+    class Fixed:
+        def confirm(self, rounds, horizon=None):
+            verdict = "keep" if certified else "revert"
+            return gates.GateDecision(verdict=verdict, stage="certify", look=len(rounds), reason="test", legs=[],
+                                      alpha=0.05)
+
+    monkeypatch.setattr(gates, "make_certify_gate", lambda *a, **k: Fixed())
+    runner.final_checks()
+    recs = records(runner)
+    cert = [r for r in recs if r.type == "certify"]
+    assert len(cert) == 1 and cert[0].payload["certified"] is certified
+    if certified:
+        assert runner.state.arms["gate"].champion == candidate
+    else:
+        assert runner.state.arms["gate"].champion == runner.state.origin
+        surface = next(r.payload["surface"] for r in recs if r.type == "mutation")
+        assert runner.store.working_hash("gate", surface) == runner.state.origin.hashes[surface]
+        assert any(r.type == "demote" for r in recs)
