@@ -24,9 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +43,6 @@ from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, Usage
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
 SCORE_RANGE = (1.0, 10.0)
-KILL_GRACE_S = 2.0
 
 
 class MeasurementChanged(RuntimeError):
@@ -123,44 +120,19 @@ class MeasureContext:
 
 
 class AuditBackend(Protocol):
+    """How one kind of audit runs as a subprocess and how its evidence is read back."""
+
     name: str
     simulated: bool
+    note: str  # one honest line for the run record and the summary
 
     def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]: ...
 
     def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence: ...
 
-
-class SimBackend:
-    """The embedded simulated runtime, auditor and judge (`python -m sil_runtime.sim`)."""
-
-    name = "sim"
-    simulated = True
-
-    def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
-        params = req.audit_dir / "sim_params.json"
-        params.write_text(ctx.contract.sim.model_dump_json() if ctx.contract.sim else "{}")
-        return [
-            sys.executable, "-m", "sil_runtime.sim",
-            "--measurement", str(ctx.measurement_root),
-            "--params", str(params),
-            "--tick", str(req.tick),
-            "--pair-key", req.pair_key or req.audit_id,
-            "--audit-id", req.audit_id,
-            "--judge-resamples", str(ctx.contract.measurement.judge_resamples),
-        ]
-
-    def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:
-        return read_evidence_file(req.audit_dir / EVIDENCE_FILE)
-
-
-def _petri_backend() -> AuditBackend:
-    from loop.petri_backend import PetriBackend  # imported lazily: it pulls in inspect-ai
-
-    return PetriBackend()
-
-
-BACKENDS: dict[str, Callable[[], AuditBackend]] = {"sim": SimBackend, "petri": _petri_backend}
+    def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
+        """The most one audit on `n_seeds` seeds can cost (USD)."""
+        ...
 
 
 def read_evidence_file(path: Path) -> Evidence:
@@ -233,7 +205,7 @@ def _timeout_reason(timeout: float) -> str:
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=KILL_GRACE_S)
+        proc.wait(timeout=attempts.KILL_GRACE_S)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
     try:
@@ -339,9 +311,9 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
                            log_path=evidence.log_path if evidence else gap.log_path)
 
 
-def run_audits(requests: list[AuditRequest], ctx: MeasureContext) -> list[AuditResult]:
+def run_audits(requests: list[AuditRequest], ctx: MeasureContext,
+               backend: AuditBackend) -> list[AuditResult]:
     """Run audits concurrently; verify the frozen measurement before and after."""
-    backend = BACKENDS[ctx.contract.backend]()
     expected = ctx.contract.measurement.manifest_hash
     _verify_measurement(ctx, expected, "before")
     with ThreadPoolExecutor(max_workers=ctx.contract.measurement.concurrency) as pool:

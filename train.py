@@ -36,14 +36,16 @@ from ledger import Ledger
 from loop.contract import LoadedContract
 from loop.faults import crashpoint
 from loop.mutation import Mutation, apply_mutation
-from loop.mutator import make_proposer
+from loop.backends import make_backend
+from loop.errors import Halt
+from loop.proposers import ProposalRequest, make_proposer
 from loop.policyrefs import PolicyRefError, PolicyRefs
 from loop.policystore import HandEditedPolicy, PolicyStore
 from loop.records import (
     SIM_NOTE, BaselineRecord, IntentRecord, PolicyChangeRecord, RecordBook, RoundRecord, RunRecord,
     StopRecord, VerdictRecord,
 )
-from loop.rounds import RESULT_FILE, AuditRounds, Halt
+from loop.rounds import RESULT_FILE, AuditRounds
 from loop.runstate import ArmState, Pending, RunState, StoredRound
 from measure import MeasureContext
 
@@ -83,9 +85,10 @@ class Runner(AuditRounds):
         if cfg.replicate_k is not None:
             promotion = promotion.model_copy(update={"replicate_k": cfg.replicate_k})
         self.promotion = promotion
-        self.proposer = make_proposer(self.contract)
+        self.proposer = make_proposer(loaded)
         self.measurement_hash = measurement_hash
-        self.audit_cost_bound = audit_cost_bound(self.contract, len(self.ctx.seed_ids))
+        self.backend = make_backend(self.contract.backend)
+        self.audit_cost_bound = self.backend.audit_cost_bound(self.contract, len(self.ctx.seed_ids))
         self.session_start = time.monotonic()
         self._refs: PolicyRefs | None = None
         stored = RunState.load(cfg.run_dir)
@@ -226,7 +229,7 @@ class Runner(AuditRounds):
             if not self.book.has("probe", key):
                 self._recover([(key, self.cfg.run_dir / key / "audit")])  # run_preflight's audit dir
                 report = run_preflight(self.ctx, self.store.set_dir(self.state.origin),
-                                       self.cfg.run_dir / key, token=f"{base}{attempt:02d}")
+                                       self.cfg.run_dir / key, self.backend, token=f"{base}{attempt:02d}")
                 self.book.once("probe", key, report)
                 self.state.audits += 1
                 self.state.usd += report.usage.usd
@@ -338,7 +341,7 @@ class Runner(AuditRounds):
                  for r in self.book.of_type("mutation")
                  if r.payload.get("arm") == arm.arm and r.payload.get("index", -1) < index}
         rng = np.random.default_rng([self.contract.seed, ARM_ORDER.index(arm.arm), index])
-        mutation = self.proposer.propose(champion_docs, tried, rng, index, self.contract.seed)
+        mutation = self.proposer.propose(ProposalRequest(champion_docs, tried, rng, index, self.contract.seed))
         if mutation is None:
             return False
         allowed = self.contract.search_space.surfaces
@@ -598,15 +601,6 @@ class Runner(AuditRounds):
                                        "reason": "champion not certified against the starting policy: rolled back"})
         self.save()
         self.emit(f"gate: champion {champion.set_id} failed certification; rolled back to the starting policy")
-
-
-def audit_cost_bound(contract, n_seeds: int) -> float:
-    """The most one audit can cost (USD), so the run stops before it could exceed its budget."""
-    if contract.backend != "petri":
-        return 0.0
-    from loop.petri_backend import worst_case_cost
-
-    return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
 
 
 def _round_stat(stored: StoredRound) -> fitness.RoundStat:

@@ -46,7 +46,7 @@ MAX_HOURS = 24 * 90
 CLOCK_SKEW = timedelta(minutes=5)
 PINNED_PACKAGES = ("inspect-ai", "inspect-petri", "inspect-scout")
 # Code that defines the measurement; a glob may match nothing (e.g. no petri backend yet).
-MEASUREMENT_CODE = ("prepare.py", "measure.py", "loop/petri_backend.py", "sil_policy/evidence.py",
+MEASUREMENT_CODE = ("prepare.py", "measure.py", "loop/backends/*.py", "sil_policy/evidence.py",
                     "sil_runtime/**/*.py")
 CODE_ROOT = Path(prepare.__file__).resolve().parent
 Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from loop.yamlstrict import DuplicateYamlKey, load_strict
 from sil_policy import SURFACES, describe_validation_errors
 
 Backend = Literal["sim", "petri"]
@@ -181,7 +182,7 @@ class SimParams(_Strict):
 
 
 class PetriParams(_Strict):
-    """Settings of the `petri` backend (Petri's `inspect_petri/audit` task; loop/petri_backend.py)."""
+    """Settings of the `petri` backend (Petri's `inspect_petri/audit` task; loop/backends/petri.py)."""
 
     # registry name of the Petri target agent that runs the runtime under test, and its params
     target_agent: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] = "sil_runtime/runtime_target"
@@ -268,28 +269,6 @@ class LoadedContract(BaseModel):
     path: str
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Safe YAML that refuses duplicate mapping keys instead of keeping the last one."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise ContractError(
-                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}: "
-                "each field may appear once"
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
-
-
 def split_front_matter(text: str) -> tuple[str, str]:
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
@@ -305,9 +284,9 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     if len(front) > MAX_FRONT_MATTER:
         raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")
     try:
-        data = yaml.load(front, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
-    except ContractError:
-        raise
+        data = load_strict(front)
+    except DuplicateYamlKey as ex:
+        raise ContractError(str(ex)) from None
     except yaml.YAMLError as ex:
         raise ContractError(f"{path}: front matter is not valid YAML: {ex}") from None
     except RecursionError:

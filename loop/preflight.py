@@ -126,9 +126,8 @@ def cheap_context(ctx: MeasureContext, dest: Path) -> MeasureContext:
 
 
 def run_preflight(ctx: MeasureContext, champion_dir: Path, work_dir: Path,
-                  backend: AuditBackend | None = None, token: str | None = None) -> PreflightReport:
+                  backend: AuditBackend, token: str | None = None) -> PreflightReport:
     """One sentinel audit; a probe per surface of the contract's search space."""
-    backend = backend or measure.BACKENDS[ctx.contract.backend]()
     token = token or secrets.token_hex(6)
     surfaces = list(ctx.contract.search_space.surfaces)
     sent = write_sentinel_set(champion_dir, work_dir / "policies", surfaces, token)

@@ -18,6 +18,7 @@ import fitness
 import measure
 from loop import attempts
 from loop.attempts import AuditStateUnknown
+from loop.errors import Halt
 from loop.faults import crashpoint
 from loop.fsutil import atomic_write_bytes
 from loop.policystore import PolicySet
@@ -29,10 +30,6 @@ RESULT_FILE = "result.json"
 RECOVERY_ACTIONS = {"finished": "score the evidence it left; not re-run",
                     "timed_out": "record the timeout as a gap; not re-run",
                     "died": "re-run it: it did not finish"}
-
-
-class Halt(RuntimeError):
-    """Stop the whole run with an explicit, recorded reason."""
 
 
 class AuditRounds:
@@ -72,7 +69,7 @@ class AuditRounds:
             self._recover([(r.audit_id, r.audit_dir) for r in todo])
             self.cfg.before_audits()
             try:
-                fresh = measure.run_audits(todo, self.ctx)
+                fresh = measure.run_audits(todo, self.ctx, self.backend)
             except AuditStateUnknown as ex:
                 raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
             for res in fresh:

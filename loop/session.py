@@ -12,6 +12,7 @@ from rich.console import Console
 import prepare
 from loop.approval import ApprovalError, frozen_measurement_hash, require_approval
 from loop.contract import LoadedContract
+from loop.errors import Halt
 from loop.locks import LOCKED_EXIT_CODE, LockedError, policy_lock, run_lock
 from loop.policystore import read_policy_dir
 from loop.report import build_summary, render
@@ -32,8 +33,6 @@ def _approval_id(loaded: LoadedContract, root: Path) -> str:
 
 def _approval_guard(loaded: LoadedContract, root: Path):
     """Re-check the approval before every batch of audits of a run with real model calls."""
-    from train import Halt
-
     def guard() -> None:
         try:
             require_approval(loaded.contract, root)
@@ -47,8 +46,6 @@ def _anchor(run_dir: Path, root: Path):
     """Checkpoint the ledger head in git refs (signed when SIL_SIGNING_KEY is set)."""
     from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
     from loop.sshsig import Signer
-
-    from train import Halt
 
     signer = Signer.from_env()
     repo = anchor_repo(root)
@@ -117,7 +114,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate: int | None) -> str:
         f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
     ]
     if c.backend == "petri":
-        from loop.petri_backend import worst_case_cost
+        from loop.backends.petri import worst_case_cost
 
         seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
         lines.append(f"worst-case cost at the audit limit: ${worst_case_cost(c, n_seeds=seeds):.2f} "

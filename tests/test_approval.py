@@ -226,9 +226,9 @@ def test_every_frozen_file_invalidates(env) -> None:
 
 def test_added_measurement_file_invalidates(env) -> None:
     do_approve(env)
-    (env["code"] / "loop").mkdir()
-    (env["code"] / "loop" / "petri_backend.py").write_text("# a new backend\n")
-    with pytest.raises(ApprovalError, match="code/loop/petri_backend.py"):
+    (env["code"] / "loop" / "backends").mkdir(parents=True)
+    (env["code"] / "loop" / "backends" / "petri.py").write_text("# a new backend\n")
+    with pytest.raises(ApprovalError, match="code/loop/backends/petri.py"):
         check(env)
 
 

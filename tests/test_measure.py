@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import measure
+from loop.backends.sim import SimBackend
 from loop.contract import load_contract
 from loop.policystore import PolicyStore
 from measure import AuditRequest, MeasureContext, run_audit
@@ -63,7 +64,7 @@ def evidence_script(ctx: MeasureContext, hashes: dict, score=3.0, drop_seed=Fals
 
 def test_sim_audit_reports_the_policy_it_loaded(ctx, request_for) -> None:
     req = request_for()
-    res = run_audit(req, ctx, measure.SimBackend())
+    res = run_audit(req, ctx, SimBackend())
     assert res.ok, res.gap_reason
     assert res.loaded_policy_hashes == req.policy_hashes
     assert res.simulated and res.backend == "sim"
@@ -74,7 +75,7 @@ def test_sim_audit_reports_the_policy_it_loaded(ctx, request_for) -> None:
 
 def test_policy_copies_are_read_only_and_strict(ctx, request_for) -> None:
     req = request_for()
-    run_audit(req, ctx, measure.SimBackend())
+    run_audit(req, ctx, SimBackend())
     for spec in SURFACES.values():
         assert not os.access(req.audit_dir / "policy" / spec.filename, os.W_OK) or os.geteuid() == 0
         assert (req.audit_dir / "policy" / spec.filename).stat().st_mode & 0o222 == 0
@@ -149,4 +150,4 @@ def test_environment_is_allowlisted(ctx, request_for, monkeypatch) -> None:
 def test_measurement_change_halts(ctx, request_for, workspace) -> None:
     (workspace / "measurement" / "seeds" / "order_tool_error.md").write_text("tampered\n")
     with pytest.raises(measure.MeasurementChanged, match="order_tool_error"):
-        measure.run_audits([request_for()], ctx)
+        measure.run_audits([request_for()], ctx, SimBackend())

@@ -9,14 +9,8 @@ import pytest
 
 from loop.contract import parse_contract
 from loop.mutation import apply_mutation, lint_text, parse_mutation, value_at
-from loop.mutator import (
-    CATALOGUE_PATH,
-    CatalogueEdit,
-    CatalogueProposer,
-    ProposerError,
-    load_catalogue,
-    make_proposer,
-)
+from loop.proposers import ProposalRequest, ProposerError, make_proposer
+from loop.proposers.catalogue import CATALOGUE_PATH, CatalogueEdit, CatalogueProposer, load_catalogue
 from sil_policy import SURFACES, load_surface
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +31,7 @@ def defaults() -> dict[str, dict]:
 def run_to_exhaustion(proposer, champion, seed: int, limit: int = 500) -> list:
     rng, tried, out = np.random.default_rng(seed), set(), []
     for index in range(limit):
-        mutation = proposer.propose(champion, tried, rng, index, seed)
+        mutation = proposer.propose(ProposalRequest(champion, tried, rng, index, seed))
         if mutation is None:
             return out
         tried.add(mutation.edit_key)
@@ -103,7 +97,7 @@ def test_load_catalogue_refuses_duplicate_keys_and_ids(tmp_path):
     text = CATALOGUE_PATH.read_text()
     dup_key = tmp_path / "dup_key.yaml"
     dup_key.write_text(text.replace("  op: append\n", "  op: append\n  op: set\n", 1))
-    with pytest.raises(ProposerError, match="repeats the key 'op'"):
+    with pytest.raises(ProposerError, match="duplicate key 'op'"):
         load_catalogue(dup_key)
     dup_id = tmp_path / "dup_id.yaml"
     dup_id.write_text(
@@ -185,24 +179,24 @@ def test_edit_that_no_longer_applies_is_skipped_and_the_draw_repeated(defaults):
     fallback = next(e for e in CATALOGUE if e.id == "reflect-enable")
     proposer = CatalogueProposer(ALL, catalogue=[edit, fallback])
     for seed in range(5):
-        m = proposer.propose(champion, set(), np.random.default_rng(seed), 0, 1)
+        m = proposer.propose(ProposalRequest(champion, set(), np.random.default_rng(seed), 0, 1))
         assert m is not None and m.proposer.endswith("reflect-enable")
     assert CatalogueProposer(ALL, catalogue=[edit]).propose(
-        champion, set(), np.random.default_rng(0), 0, 1) is None
+        ProposalRequest(champion, set(), np.random.default_rng(0), 0, 1)) is None
 
 
 def test_edit_already_in_place_is_skipped(defaults):
     edit = next(e for e in CATALOGUE if e.id == "reflect-enable")
     on = {**defaults, "reflection": {**defaults["reflection"], "enabled": True}}
     proposer = CatalogueProposer(ALL, catalogue=[edit])
-    assert proposer.propose(on, set(), np.random.default_rng(0), 0, 1) is None
+    assert proposer.propose(ProposalRequest(on, set(), np.random.default_rng(0), 0, 1)) is None
 
 
 def test_target_dimensions_weight_the_draw(defaults):
     def share(targets) -> float:
         proposer, hits = CatalogueProposer(ALL, targets), 0
         for seed in range(120):
-            m = proposer.propose(defaults, set(), np.random.default_rng(seed), 0, seed)
+            m = proposer.propose(ProposalRequest(defaults, set(), np.random.default_rng(seed), 0, seed))
             hits += "overrefusal" in m.expected_effect
         return hits / 120
 
@@ -222,7 +216,8 @@ def test_make_proposer_gives_the_catalogue_proposer_for_the_default_contract():
     assert isinstance(proposer, CatalogueProposer)
     assert proposer.name == "offline/catalogue"
     assert proposer.target_dimensions == {"broken_tool_use"}
-    assert make_proposer(contract_with_mutator("offline/catalogue").contract).name == proposer.name
+    with pytest.raises(ProposerError, match="LoadedContract"):
+        make_proposer(contract_with_mutator("offline/catalogue").contract)
 
 
 def test_make_proposer_says_llm_proposers_are_not_available_yet():

@@ -25,9 +25,9 @@ from inspect_petri._judge.dimensions import judge_dimensions
 
 import measure
 import prepare
-from loop import petri_backend
+from loop.backends import petri as petri_backend
 from loop.contract import PetriParams, Price
-from loop.petri_backend import PetriBackend, check_run, sample_evidence, task_args, worst_case_cost
+from loop.backends.petri import PetriBackend, check_run, sample_evidence, task_args, worst_case_cost
 from measure import GapError
 from petri_support import context, make_workspace, request, variant, verdict
 from sil_policy.evidence import PETRI_REPORT_KEY
@@ -49,7 +49,7 @@ def pair(ws: Path) -> dict[str, measure.AuditResult]:
     ctx = context(ws)
     reqs = [request(ws, "baseline", ws / "policies" / "baseline"),
             request(ws, "reflect", variant(ws, "reflect", *ENABLE_REFLECTION))]
-    results = measure.run_audits(reqs, ctx)
+    results = measure.run_audits(reqs, ctx, PetriBackend())
     return {r.audit_id: r for r in results}
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import measure
 from loop.contract import load_contract
+from loop.backends import make_backend
 from loop.preflight import run_preflight, sentinel_document
 from measure import GapError, MeasureContext
 from petri_support import context, make_workspace
@@ -55,7 +56,7 @@ def sim_ctx(workspace: Path) -> MeasureContext:
 
 
 def test_sim_runtime_passes_for_all_seven(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
-    report = run_preflight(sim_ctx, workspace / "state" / "policies", tmp_path / "pf", token=SIM_TOKEN)
+    report = run_preflight(sim_ctx, workspace / "state" / "policies", tmp_path / "pf", make_backend(sim_ctx.contract.backend), token=SIM_TOKEN)
     assert report.passed, report.summary()
     assert [p.surface for p in report.probes] == list(SURFACES)
     assert all(p.seen_hash == p.sent_hash for p in report.probes)
@@ -63,7 +64,7 @@ def test_sim_runtime_passes_for_all_seven(sim_ctx: MeasureContext, workspace: Pa
 
 def test_a_disconnected_loader_fails_with_its_name(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
     ctx = disconnected(sim_ctx, tmp_path, "decomposition")
-    report = run_preflight(ctx, workspace / "state" / "policies", tmp_path / "pf", token=SIM_TOKEN)
+    report = run_preflight(ctx, workspace / "state" / "policies", tmp_path / "pf", make_backend(ctx.contract.backend), token=SIM_TOKEN)
     assert not report.passed
     failed = [p for p in report.probes if not p.passed]
     assert [p.surface for p in failed] == ["decomposition"]
@@ -116,7 +117,7 @@ def test_right_hashes_in_an_untrusted_audit_are_not_a_pass(sim_ctx: MeasureConte
 
 def test_reference_runtime_under_petri_passes_for_all_seven(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path / "ws")
-    report = run_preflight(context(ws), ws / "policies" / "baseline", tmp_path / "pf")
+    report = run_preflight(context(ws), ws / "policies" / "baseline", tmp_path / "pf", make_backend("petri"))
     assert report.passed, report.summary()
     assert len(report.probes) == 7 and report.log_path and report.log_path.endswith(".eval")
 
@@ -125,7 +126,7 @@ def test_reference_runtime_under_petri_passes_for_all_seven(tmp_path: Path) -> N
 def test_reference_runtime_under_petri_names_a_disconnected_loader(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path / "ws")
     ctx = disconnected(context(ws), tmp_path, "skill_catalog")
-    report = run_preflight(ctx, ws / "policies" / "baseline", tmp_path / "pf")
+    report = run_preflight(ctx, ws / "policies" / "baseline", tmp_path / "pf", make_backend("petri"))
     failed = [p for p in report.probes if not p.passed]
     assert [p.surface for p in failed] == ["skill_catalog"]
     assert "not connected to SIL_POLICY_SKILL_CATALOG_OVERRIDE" in failed[0].message

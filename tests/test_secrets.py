@@ -21,6 +21,7 @@ from ledger import Ledger
 from loop.approval import approve
 from loop.checkpoint import write_checkpoint
 from loop.contract import load_contract
+from loop.backends import make_backend
 from measure import AuditRequest, MeasureContext, run_audits
 from sil_policy import SURFACES, content_hash
 from tests.conftest import edit_contract
@@ -69,7 +70,7 @@ def test_canary_never_persists(workspace: Path, canaries: dict[str, str]) -> Non
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     ctx = MeasureContext.from_contract(contract, workspace)
 
-    results = run_audits(_requests(workspace, 3), ctx)
+    results = run_audits(_requests(workspace, 3), ctx, make_backend(ctx.contract.backend))
     assert [r.status for r in results] == ["ok", "ok", "ok"], [r.gap_reason for r in results]
     led = Ledger(workspace / "state" / "runs" / "r1" / "ledger.jsonl")
     led.append("contract", contract.model_dump(mode="json"), run_id="r1")
@@ -109,7 +110,7 @@ print(repr(found), os.environ.get("SIL_DOTENV_CANARY"))
 def test_parent_dotenv_is_not_loaded_by_the_audit(workspace: Path) -> None:
     """Inspect loads the first `.env` found walking up from the audit's cwd (python-dotenv's
     find_dotenv(usecwd=True)); measure puts an empty one in every audit dir."""
-    petri_backend = pytest.importorskip("loop.petri_backend")
+    petri_backend = pytest.importorskip("loop.backends.petri")
     canary = f"sk-CANARY-{secrets.token_hex(8)}"
     (workspace / ".env").write_text(f"SIL_DOTENV_CANARY={canary}\n")
     contract = load_contract(workspace / "program.md").contract

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import measure
+from loop.backends.sim import SimBackend
 import prepare
 from loop.contract import load_contract
 from sil_policy import SURFACES, canonical_bytes, content_hash
@@ -123,7 +124,7 @@ def test_measure_runs_sim_audits_end_to_end(tmp_path):
     req = measure.AuditRequest(audit_id="e2e-1", audit_dir=tmp_path / "e2e-1",
                                policy_dir=tmp_path / "pol", policy_hashes=hashes, tick=0)
     start = time.monotonic()
-    result = measure.run_audit(req, ctx, measure.SimBackend())
+    result = measure.run_audit(req, ctx, SimBackend())
     assert time.monotonic() - start < 5
     assert result.ok, result.gap_reason
     assert result.simulated and result.backend == "sim" and result.loaded_policy_hashes == hashes

@@ -55,6 +55,10 @@ class PetriBackend:
 
     name = "petri"
     simulated = False
+    note = "live audit: scores are a judge model's, with its noise"
+
+    def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
+        return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
 
     def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
         check_pins()

@@ -1,30 +1,25 @@
-"""The mutator: proposes one candidate policy change per round, as a typed Mutation.
+"""The catalogue proposer (`offline/catalogue`): real edits drawn from a YAML catalogue.
 
-Proposers are looked up by the contract's mutator model name (`PROPOSERS`). The offline
-proposer `offline/catalogue` draws real edits from `loop/catalogue.yaml`: seeded by the rng
-the loop passes in, reproducible, never repeating an edit already tried in the run and never
-proposing one that would change nothing. An LLM-driven proposer plugs into the same
-`Proposer` protocol in a later issue.
+Seeded by the rng the loop passes in, reproducible, never repeating an edit already tried in
+the run and never proposing one that would change nothing. Edits whose expected effect names
+a target dimension are drawn more often. Every proposal goes through `parse_mutation`,
+exactly as an LLM's JSON would.
 
-    proposer = make_proposer(loaded_contract)
-    mutation = proposer.propose(champion_docs, tried, rng, index, run_seed)   # None: exhausted
-    tried.add(mutation.edit_key)
-
-Every proposal goes through `parse_mutation`, exactly as an LLM's JSON would.
+    proposer = CatalogueProposer(contract.search_space.surfaces, ["broken_tool_use"])
+    mutation = proposer.propose(ProposalRequest(champion, tried, rng, index, run_seed))
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Sequence, Set
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loop.contract import Contract
 from loop.mutation import (
     Mutation,
     MutationError,
@@ -34,29 +29,14 @@ from loop.mutation import (
     value_at,
     value_hash,
 )
+from loop.proposers.base import ProposalRequest, ProposerError
+from loop.yamlstrict import DuplicateYamlKey, load_strict
 
 CATALOGUE_PATH = Path(__file__).resolve().with_name("catalogue.yaml")
 OFFLINE_CATALOGUE = "offline/catalogue"
 # An edit whose expected effect names one of the contract's target dimensions is drawn this
 # many times more often than one that does not: the programme says what to work on.
 TARGET_WEIGHT = 3.0
-
-
-class ProposerError(ValueError):
-    """No proposer for the contract's mutator model, or a catalogue that does not load."""
-
-
-class Proposer(Protocol):
-    name: str
-
-    def propose(
-        self,
-        champion: dict[str, dict],
-        tried: Set[tuple[str, str, str]],
-        rng: np.random.Generator,
-        index: int,
-        run_seed: int,
-    ) -> Mutation | None: ...
 
 
 # --- catalogue -------------------------------------------------------------------------------
@@ -108,27 +88,11 @@ class CatalogueEdit(BaseModel):
         return all(value_at(document, path) == want for path, want in self.requires.items())
 
 
-class _UniqueKeys(yaml.SafeLoader):
-    """Safe YAML that refuses a key given twice in one mapping."""
-
-
-def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict:
-    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
-    for key in keys:
-        if keys.count(key) > 1:
-            line = node.start_mark.line + 1
-            raise ProposerError(f"catalogue repeats the key {key!r} in the mapping at line {line}")
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
-
-
 def load_catalogue(path: Path = CATALOGUE_PATH) -> list[CatalogueEdit]:
     """Read and validate the catalogue; ids must be unique."""
     try:
-        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeys)  # noqa: S506
-    except (OSError, yaml.YAMLError) as ex:
+        data = load_strict(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, DuplicateYamlKey) as ex:
         raise ProposerError(f"cannot read catalogue {path}: {ex}") from None
     if not isinstance(data, list) or not data:
         raise ProposerError(f"catalogue {path} must be a non-empty list of edits")
@@ -217,14 +181,9 @@ class CatalogueProposer:
             return None  # e.g. a list already at its size limit in an evolved champion
         return mutation
 
-    def propose(
-        self,
-        champion: dict[str, dict],
-        tried: Set[tuple[str, str, str]],
-        rng: np.random.Generator,
-        index: int,
-        run_seed: int,
-    ) -> Mutation | None:
+    def propose(self, request: ProposalRequest) -> Mutation | None:
+        champion, tried, rng = request.champion, request.tried, request.rng
+        index, run_seed = request.index, request.run_seed
         # Draw, then check only the drawn edit; an edit that does not apply is dropped and the
         # draw repeated, which keeps the relative weights of the edits that do apply.
         candidates = self.open_edits(champion, tried)
@@ -239,41 +198,3 @@ class CatalogueProposer:
 
     def weight(self, edit: CatalogueEdit) -> float:
         return TARGET_WEIGHT if self.target_dimensions & edit.expected_effect.keys() else 1.0
-
-
-# --- registry --------------------------------------------------------------------------------
-
-
-def _catalogue_proposer(contract: Contract, programme: str) -> Proposer:
-    # The offline proposer reads the programme's machine-readable part (target dimensions);
-    # the prose is for an LLM proposer.
-    return CatalogueProposer(
-        allowed_surfaces=contract.search_space.surfaces,
-        target_dimensions=contract.promotion.target_dimensions,
-    )
-
-
-# Mutator model name -> factory(contract, programme prose). An LLM proposer registers here.
-PROPOSERS: dict[str, Callable[[Contract, str], Proposer]] = {
-    OFFLINE_CATALOGUE: _catalogue_proposer,
-}
-
-
-def make_proposer(contract: Any) -> Proposer:
-    """The proposer named by the contract's mutator model (a Contract or a LoadedContract)."""
-    programme = getattr(contract, "programme", "")
-    contract = getattr(contract, "contract", contract)
-    if not isinstance(contract, Contract):
-        raise ProposerError(f"make_proposer needs a Contract, not {type(contract).__name__}")
-    model = contract.models.mutator.model
-    factory = PROPOSERS.get(model)
-    if factory is not None:
-        return factory(contract, programme)
-    if model.startswith("offline/"):
-        raise ProposerError(
-            f"unknown offline proposer {model!r}; available: {', '.join(sorted(PROPOSERS))}"
-        )
-    raise ProposerError(
-        f"LLM proposer not available yet: the contract's mutator model is {model!r}. Set "
-        f"models.mutator.model to {OFFLINE_CATALOGUE!r} to use the offline catalogue proposer."
-    )
