@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -64,26 +62,21 @@ def score_matrix(
     return out
 
 
-@dataclass(frozen=True)
-class RoundStat:
-    """One paired round, per dimension. None = not measured well enough to compare."""
+class RoundStat(BaseModel):
+    """One paired round, per dimension. None = not measured well enough to compare.
 
+    `label` names the round in the ledger (empty for rounds built in memory, e.g. the bench).
+    """
+
+    model_config = ConfigDict(frozen=True)
     diff: dict[str, float | None]  # mean over common seeds of (candidate - champion)
     n_seeds: dict[str, int]  # seeds scored in both arms
     se: dict[str, float | None]  # within-round paired SE (diagnostic: ignores batch effects)
-    level: dict[str, float | None] = field(default_factory=dict)  # champion mean, same seeds
+    level: dict[str, float | None] = {}  # champion mean, same seeds
+    label: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RoundStat:
-        return cls(
-            diff=dict(data["diff"]),
-            n_seeds=dict(data["n_seeds"]),
-            se=dict(data["se"]),
-            level=dict(data.get("level", {})),
-        )
+    def labelled(self, label: str) -> RoundStat:
+        return self.model_copy(update={"label": label})
 
 
 def paired_round(

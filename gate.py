@@ -46,7 +46,7 @@ AUX_LEG = "auxiliary_composite"
 ALPHA_GRID_RATIO = 1.02  # forecast alpha levels are rounded down onto this log grid
 
 Verdict = Literal["continue", "keep", "revert"]
-Stage = Literal["screen", "confirm", "certify"]
+GateStage = Literal["screen", "confirm", "certify"]
 LegKind = Literal["target", "critical", "auxiliary"]
 
 
@@ -159,7 +159,7 @@ class LegResult(BaseModel):
 class GateDecision(BaseModel):
     model_config = ConfigDict(frozen=True)
     verdict: Verdict
-    stage: Stage
+    stage: GateStage
     look: int
     reason: str
     legs: list[LegResult]
@@ -288,7 +288,7 @@ def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = 
 
 
 @dataclass(frozen=True)
-class StopRules:
+class EarlyStops:
     """Early stops of the confirmation; each can only REVERT."""
 
     futility_effect: float = 0.5
@@ -305,8 +305,8 @@ class SequentialPairedGate:
     alpha: float
     screen_sd: float = 0.3
     screen_critical_sd: float = 2.0
-    rules: StopRules = StopRules()
-    stage: Stage = "confirm"
+    rules: EarlyStops = EarlyStops()
+    stage: GateStage = "confirm"
     latch: bool = True  # a leg that crossed stays rejected (each leg is its own GS test)
 
     def screen(self, first: RoundStat) -> GateDecision:
@@ -464,7 +464,7 @@ def make_gate(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) -
             legs, promotion.replicate_k, alpha_target, promotion.screen_sd,
             promotion.screen_critical_sd,
         )
-    rules = StopRules(
+    rules = EarlyStops(
         futility_effect=promotion.futility_effect,
         futility_beta=promotion.futility_beta,
         harm_veto_beta=promotion.harm_veto_beta,
@@ -489,7 +489,7 @@ def make_certify_gate(
     level = promotion.alpha_certify if alpha is None else alpha
     legs = tuple(build_legs(promotion, noise, level))
     return SequentialPairedGate(
-        legs, rounds, level, rules=StopRules(enabled=False), stage="certify"
+        legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify"
     )
 
 

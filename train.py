@@ -46,7 +46,8 @@ from loop.records import (
     StopRecord, VerdictRecord,
 )
 from loop.rounds import RESULT_FILE, AuditRounds
-from loop.runstate import ArmState, Pending, RunState, StoredRound
+from fitness import RoundStat
+from loop.runstate import ArmState, Pending, RunState
 from measure import MeasureContext
 
 RANDOM_ACCEPT_P = 0.5
@@ -279,7 +280,7 @@ class Runner(AuditRounds):
             if stat is None:
                 self.save()
                 continue
-            pool.add_aa(_round_stat(stat))
+            pool.add_aa(stat)
             self.state.aa_rounds.append(stat)
             self.state.noise_pool = pool.model_dump(mode="json")
             self.book.once("round", label, RoundRecord(arm="never", round=label, kind="aa", mutation_id=None,
@@ -405,7 +406,7 @@ class Runner(AuditRounds):
         else:
             self._confirm(arm, stat)
 
-    def _random_verdict(self, arm: ArmState, stat: StoredRound) -> None:
+    def _random_verdict(self, arm: ArmState, stat: RoundStat) -> None:
         p = arm.pending
         coin = np.random.default_rng([self.contract.seed, 99, p.index]).random()
         keep = coin < RANDOM_ACCEPT_P
@@ -420,14 +421,14 @@ class Runner(AuditRounds):
         b = self.contract.budget
         return min(b.arm_audits.get(arm.arm, b.max_audits) - arm.audits, b.max_audits - self.state.audits)
 
-    def _screen(self, arm: ArmState, stat: StoredRound) -> None:
+    def _screen(self, arm: ArmState, stat: RoundStat) -> None:
         p = arm.pending
         # Frozen here, before the confirmation: no candidate's own rounds set its threshold.
         p.noise = fitness.NoisePool.model_validate(self.state.noise_pool).estimate().model_dump(mode="json")
         budget = gates.ErrorBudget.model_validate(self.state.error_budget)
         forecast = gates.expected_confirmations(self._audits_left(arm), arm.audits, budget.confirmations)
         p.alpha = budget.next_alpha(forecast)
-        decision = self._gate(p).screen(_round_stat(stat))
+        decision = self._gate(p).screen(stat)
         p.screen = stat
         self._record_round(arm, stat, "screen", decision.model_dump(mode="json"))
         if decision.verdict == "revert":
@@ -436,17 +437,17 @@ class Runner(AuditRounds):
         else:
             p.stage = "confirm"
 
-    def _confirm(self, arm: ArmState, stat: StoredRound) -> None:
+    def _confirm(self, arm: ArmState, stat: RoundStat) -> None:
         p = arm.pending
         p.confirm.append(stat)
         horizon = len(p.confirm) + self._audits_left(arm) // 2
-        decision = self._gate(p).confirm([_round_stat(r) for r in p.confirm], horizon=horizon)
+        decision = self._gate(p).confirm(list(p.confirm), horizon=horizon)
         self._record_round(arm, stat, "confirm", decision.model_dump(mode="json"))
         self.emit(f"  {stat.label}: {decision.verdict} ({decision.reason})")
         if decision.verdict != "continue":
             self.decide(arm, decision.verdict, decision.reason, decision)
 
-    def _record_round(self, arm: ArmState, stat: StoredRound, kind: str, decision: dict) -> None:
+    def _record_round(self, arm: ArmState, stat: RoundStat, kind: str, decision: dict) -> None:
         self.book.once("round", stat.label, RoundRecord(
             arm=arm.arm, round=stat.label, kind=kind, mutation_id=arm.pending.mutation["mutation_id"],
             diff=stat.diff, n_seeds=stat.n_seeds, decision=decision))
@@ -508,7 +509,7 @@ class Runner(AuditRounds):
                 to_hash=p.parent.hashes[s], policy_set=p.parent.set_id, commit=commit))
         if arm.arm == "gate" and p.alpha is not None:
             pool = fitness.NoisePool.model_validate(self.state.noise_pool)
-            pool.add_candidate([_round_stat(r) for r in p.confirm])
+            pool.add_candidate(list(p.confirm))
             self.state.noise_pool = pool.model_dump(mode="json")
         arm.pending = None
         crashpoint("settle.before_save")
@@ -564,7 +565,7 @@ class Runner(AuditRounds):
             if stat is not None:
                 arm.final_rounds.append(stat)
                 if certify:
-                    decision = self._certify_gate(rounds).confirm([_round_stat(r) for r in arm.final_rounds])
+                    decision = self._certify_gate(rounds).confirm(list(arm.final_rounds))
                     verdict = decision.verdict
                 self.book.once("round", label, RoundRecord(
                     arm=arm.arm, round=label, kind="certify" if certify else "final", mutation_id=None,
@@ -601,10 +602,6 @@ class Runner(AuditRounds):
                                        "reason": "champion not certified against the starting policy: rolled back"})
         self.save()
         self.emit(f"gate: champion {champion.set_id} failed certification; rolled back to the starting policy")
-
-
-def _round_stat(stored: StoredRound) -> fitness.RoundStat:
-    return fitness.RoundStat.from_dict(stored.model_dump(exclude={"label"}))
 
 
 def main() -> None:

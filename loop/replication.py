@@ -99,7 +99,7 @@ def _sets(store: PolicyStore, cand_id: str, parent_id: str) -> tuple[PolicySet, 
 def _conclude(runner, arm_name, mutation_id, stored, n_prior, cand, parent) -> ReplicationResult:
     p = runner.promotion
     target = p.target_dimensions[0]
-    rounds = [fitness.RoundStat.from_dict(r.model_dump(exclude={"label"})) for r in stored]
+    rounds = list(stored)
     ti = fitness.interval(rounds, target, LEVEL) if rounds else None
     crit = {d: (float(np.mean(v)) if (v := [r.diff[d] for r in rounds if r.diff.get(d) is not None]) else None)
             for d in p.critical_dimensions}

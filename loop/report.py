@@ -16,7 +16,7 @@ import gate
 from ledger import Record
 from loop.contract import Contract
 from loop.records import SIM_NOTE
-from loop.runstate import RunState, StoredRound
+from loop.runstate import RunState
 
 INTERVAL_LEVEL = 0.9
 
@@ -56,10 +56,6 @@ class Summary(BaseModel):
     confirmations: int
 
 
-def _stat(r: StoredRound) -> fitness.RoundStat:
-    return fitness.RoundStat.from_dict(r.model_dump(exclude={"label"}))
-
-
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
     vals = [v for r in records if r.type == "audit" and r.payload["arm"] == arm and r.payload["status"] == "ok"
             for row in r.payload["scores"].values() if (v := row.get(dim)) is not None]
@@ -70,7 +66,7 @@ def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
     arm = state.arms[name]
     target = contract.promotion.target_dimensions[0]
     changed = arm.champion != state.origin
-    rounds = [_stat(r) for r in arm.final_rounds]
+    rounds = list(arm.final_rounds)
     tchange = fitness.interval(rounds, target, INTERVAL_LEVEL) if changed and rounds else None
     worst = None
     if changed and rounds:

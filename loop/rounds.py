@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import fitness
+from fitness import RoundStat
 import measure
 from loop import attempts
 from loop.attempts import AuditStateUnknown
@@ -23,7 +24,7 @@ from loop.faults import crashpoint
 from loop.fsutil import atomic_write_bytes
 from loop.policystore import PolicySet
 from loop.records import AuditRecord, IntentRecord, RecoveryRecord, RoundRecord
-from loop.runstate import PlannedRound, StoredRound
+from loop.runstate import PlannedRound
 from measure import AuditRequest, AuditResult
 
 RESULT_FILE = "result.json"
@@ -143,7 +144,7 @@ class AuditRounds:
                 self.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
 
     def paired_round(self, arm: str, label: str, kind: str, cand: PolicySet, champ: PolicySet,
-                     mutation_id: str | None = None) -> StoredRound | None:
+                     mutation_id: str | None = None) -> RoundStat | None:
         """One concurrent candidate/champion round; None when either audit is a gap."""
         a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], mutation_id)
         crashpoint("round.before_record")
@@ -159,7 +160,7 @@ class AuditRounds:
             self.ctx.dimensions, self.promotion.min_seed_coverage,
         )
         self.state.consecutive_gaps = {**self.state.consecutive_gaps, arm: 0}
-        return StoredRound(label=label, **stat.to_dict())
+        return stat.labelled(label)
 
     def _note_gap(self, arm: str) -> None:
         gaps = self.state.consecutive_gaps.get(arm, 0) + 1

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from fitness import RoundStat
 from loop.fsutil import atomic_write_bytes
 from loop.policystore import PolicySet
 
@@ -30,16 +31,6 @@ class PlannedRound(BaseModel):
     kind: Literal["baseline", "aa", "screen", "confirm", "random", "final", "replicate"]
 
 
-class StoredRound(BaseModel):
-    """A completed paired round's statistic (fitness.RoundStat as data)."""
-
-    label: str
-    diff: dict[str, float | None]
-    n_seeds: dict[str, int]
-    se: dict[str, float | None]
-    level: dict[str, float | None] = {}
-
-
 class Pending(BaseModel):
     """The candidate an arm is working on; resumable at every stage."""
 
@@ -50,8 +41,8 @@ class Pending(BaseModel):
     stage: Stage = "proposed"
     alpha: float | None = None
     noise: dict[str, Any] | None = None
-    screen: StoredRound | None = None
-    confirm: list[StoredRound] = []
+    screen: RoundStat | None = None
+    confirm: list[RoundStat] = []
     verdict: Literal["keep", "revert"] | None = None
     reason: str | None = None
     decision: dict[str, Any] | None = None
@@ -68,7 +59,7 @@ class ArmState(BaseModel):
     done: bool = False
     stop_reason: str | None = None
     pending: Pending | None = None
-    final_rounds: list[StoredRound] = []
+    final_rounds: list[RoundStat] = []
     champion_commit: str | None = None  # git commit of the champion set (loop/policyrefs.py)
 
 
@@ -86,7 +77,7 @@ class RunState(BaseModel):
     elapsed_s: float = 0.0
     planned: PlannedRound | None = None
     baseline: list[str] = []
-    aa_rounds: list[StoredRound] = []
+    aa_rounds: list[RoundStat] = []
     noise_pool: dict[str, Any] = {}
     error_budget: dict[str, Any] = {}
     arms: dict[str, ArmState] = {}

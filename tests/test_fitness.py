@@ -57,7 +57,7 @@ def test_paired_round_rejects_mismatched_shapes():
 
 def test_round_stat_round_trips_through_dict():
     r = rs(t=-0.5, c=None)
-    assert RoundStat.from_dict(r.to_dict()) == r
+    assert RoundStat.model_validate_json(r.model_dump_json()) == r
 
 
 def test_noise_pool_sigma_from_aa_pairs_and_candidate_residuals():

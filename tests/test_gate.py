@@ -17,7 +17,7 @@ from gate import (
     expected_confirmations,
     PairedMarginGate,
     SequentialPairedGate,
-    StopRules,
+    EarlyStops,
     build_legs,
     make_certify_gate,
     leg_result,
@@ -166,7 +166,7 @@ def test_early_stops_only_ever_revert(rows):
     rounds = [rs(t=t, c=c, a=a) for t, c, a in rows]
     legs = tuple(build_legs(PROMO, NOISE, ALPHA_J))
     with_stops = SequentialPairedGate(legs, 16, ALPHA_J).confirm(rounds)
-    without = SequentialPairedGate(legs, 16, ALPHA_J, rules=StopRules(enabled=False)).confirm(rounds)
+    without = SequentialPairedGate(legs, 16, ALPHA_J, rules=EarlyStops(enabled=False)).confirm(rounds)
     if with_stops.verdict == "keep":
         assert without.verdict == "keep"
     if without.verdict == "keep":
@@ -206,7 +206,7 @@ def _null_type_one(alpha: float, reps: int, looks: int, seed: int) -> float:
         for x in rng.standard_t(5, 12) * 0.7:
             pool.add_aa(RoundStat(diff={"t": float(x)}, n_seeds={"t": 10}, se={"t": None}))
         legs = tuple(build_legs(promo, pool.estimate(), alpha))
-        gate = SequentialPairedGate(legs, looks, alpha, rules=StopRules(enabled=False))
+        gate = SequentialPairedGate(legs, looks, alpha, rules=EarlyStops(enabled=False))
         xs = rng.standard_t(5, looks) * 0.7
         rounds = []
         for x in xs:
