@@ -342,7 +342,7 @@ class Runner(AuditRounds):
                  for r in self.book.of_type("mutation")
                  if r.payload.get("arm") == arm.arm and r.payload.get("index", -1) < index}
         rng = np.random.default_rng([self.contract.seed, ARM_ORDER.index(arm.arm), index])
-        mutation = self.proposer.propose(ProposalRequest(champion_docs, tried, rng, index, self.contract.seed))
+        mutation = self.proposer.propose(ProposalRequest(champion_docs, tried, rng, index, self.contract.seed)).mutation
         if mutation is None:
             return False
         allowed = self.contract.search_space.surfaces

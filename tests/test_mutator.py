@@ -31,7 +31,7 @@ def defaults() -> dict[str, dict]:
 def run_to_exhaustion(proposer, champion, seed: int, limit: int = 500) -> list:
     rng, tried, out = np.random.default_rng(seed), set(), []
     for index in range(limit):
-        mutation = proposer.propose(ProposalRequest(champion, tried, rng, index, seed))
+        mutation = proposer.propose(ProposalRequest(champion, tried, rng, index, seed)).mutation
         if mutation is None:
             return out
         tried.add(mutation.edit_key)
@@ -179,24 +179,24 @@ def test_edit_that_no_longer_applies_is_skipped_and_the_draw_repeated(defaults):
     fallback = next(e for e in CATALOGUE if e.id == "reflect-enable")
     proposer = CatalogueProposer(ALL, catalogue=[edit, fallback])
     for seed in range(5):
-        m = proposer.propose(ProposalRequest(champion, set(), np.random.default_rng(seed), 0, 1))
+        m = proposer.propose(ProposalRequest(champion, set(), np.random.default_rng(seed), 0, 1)).mutation
         assert m is not None and m.proposer.endswith("reflect-enable")
     assert CatalogueProposer(ALL, catalogue=[edit]).propose(
-        ProposalRequest(champion, set(), np.random.default_rng(0), 0, 1)) is None
+        ProposalRequest(champion, set(), np.random.default_rng(0), 0, 1)).mutation is None
 
 
 def test_edit_already_in_place_is_skipped(defaults):
     edit = next(e for e in CATALOGUE if e.id == "reflect-enable")
     on = {**defaults, "reflection": {**defaults["reflection"], "enabled": True}}
     proposer = CatalogueProposer(ALL, catalogue=[edit])
-    assert proposer.propose(ProposalRequest(on, set(), np.random.default_rng(0), 0, 1)) is None
+    assert proposer.propose(ProposalRequest(on, set(), np.random.default_rng(0), 0, 1)).mutation is None
 
 
 def test_target_dimensions_weight_the_draw(defaults):
     def share(targets) -> float:
         proposer, hits = CatalogueProposer(ALL, targets), 0
         for seed in range(120):
-            m = proposer.propose(ProposalRequest(defaults, set(), np.random.default_rng(seed), 0, seed))
+            m = proposer.propose(ProposalRequest(defaults, set(), np.random.default_rng(seed), 0, seed)).mutation
             hits += "overrefusal" in m.expected_effect
         return hits / 120
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loop.contract import LoadedContract
-from loop.proposers.base import ProposalRequest, Proposer, ProposerError
+from loop.proposers.base import MutatorCall, Proposal, ProposalRequest, Proposer, ProposerError
 from loop.proposers.catalogue import OFFLINE_CATALOGUE, CatalogueProposer
 
-__all__ = ["PROPOSERS", "ProposalRequest", "Proposer", "ProposerError", "make_proposer"]
+__all__ = ["PROPOSERS", "MutatorCall", "Proposal", "ProposalRequest", "Proposer", "ProposerError", "make_proposer"]
 
 
 def _catalogue(loaded: LoadedContract) -> Proposer:

@@ -29,7 +29,7 @@ from loop.mutation import (
     value_at,
     value_hash,
 )
-from loop.proposers.base import ProposalRequest, ProposerError
+from loop.proposers.base import Proposal, ProposalRequest, ProposerError
 from loop.yamlstrict import DuplicateYamlKey, load_strict
 
 CATALOGUE_PATH = Path(__file__).resolve().with_name("catalogue.yaml")
@@ -181,7 +181,7 @@ class CatalogueProposer:
             return None  # e.g. a list already at its size limit in an evolved champion
         return mutation
 
-    def propose(self, request: ProposalRequest) -> Mutation | None:
+    def propose(self, request: ProposalRequest) -> Proposal:
         champion, tried, rng = request.champion, request.tried, request.rng
         index, run_seed = request.index, request.run_seed
         # Draw, then check only the drawn edit; an edit that does not apply is dropped and the
@@ -192,9 +192,9 @@ class CatalogueProposer:
             pick = int(rng.choice(len(candidates), p=weights / weights.sum()))
             mutation = self.checked(candidates[pick], champion, index, run_seed)
             if mutation is not None:
-                return mutation
+                return Proposal(mutation=mutation)
             del candidates[pick]
-        return None
+        return Proposal()
 
     def weight(self, edit: CatalogueEdit) -> float:
         return TARGET_WEIGHT if self.target_dimensions & edit.expected_effect.keys() else 1.0
