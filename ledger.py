@@ -24,22 +24,17 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from loop.fsutil import atomic_write_bytes
+from loop.records import RECORD_TYPES, Payload, RepairRecord, parse_payload, record_type
 
 GENESIS = "0" * 64
-RECORD_TYPES = frozenset(
-    {
-        "contract", "approval", "baseline", "noise", "mutation", "intent", "applied", "audit",
-        "gap", "round", "verdict", "certify", "promote", "revert", "replicate", "demote", "probe", "stop",
-        "recovery", "halt", "summary",
-    }
-)
 _TAIL_CHUNK = 65536
+P = TypeVar("P", bound=Payload)
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -109,12 +104,23 @@ def _payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
 class Ledger:
     """Appender for one ledger file; safe across processes through a file lock."""
 
-    def __init__(self, path: Path, *, offline: bool = True, simulated: bool = True) -> None:
+    def __init__(self, path: Path, *, offline: bool, simulated: bool) -> None:
         self.path = Path(path)
         self.offline = offline
         self.simulated = simulated
         self._lock = ledger_lock(self.path)
         self._failed: str | None = None
+
+    @classmethod
+    def existing(cls, path: Path) -> Ledger:
+        """The ledger of an existing run, writing with the flags its first record states."""
+        try:
+            first = next(read_records(Path(path)), None)
+        except OSError as ex:
+            raise LedgerError(f"cannot read {path}: {ex.strerror}") from None
+        if first is None:
+            raise LedgerError(f"{path} has no records: not the ledger of a started run")
+        return cls(path, offline=first.offline, simulated=first.simulated)
 
     def append(self, type_: str, payload: BaseModel | dict[str, Any], *, run_id: str) -> Record:
         """Append one record; return it only once it is on disk (written and fsynced)."""
@@ -178,9 +184,9 @@ class Ledger:
         except OSError as ex:
             raise LedgerError(f"cannot cut the torn tail of {self.path}: {ex}") from ex
         _fsync(fd)
-        body = {"torn_tail_bytes": len(torn), "kept_at": aside.name,
-                "torn_tail_sha256": hashlib.sha256(torn).hexdigest()}
-        record = self._make(_parse_last(fd, end), "recovery", body, run_id)
+        body = RepairRecord(torn_tail_bytes=len(torn), kept_at=aside.name,
+                            torn_tail_sha256=hashlib.sha256(torn).hexdigest()).model_dump(mode="json")
+        record = self._make(_parse_last(fd, end), "repair", body, run_id)
         _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
         return record
 
@@ -314,3 +320,55 @@ def verify_bytes(data: bytes) -> VerifyReport:
             errors.append(f"{where}: prev does not match the record before (chain broken)")
         prev, head, count = rec.hash, rec.hash, count + 1
     return VerifyReport(ok=not errors, records=count, head_hash=head, errors=errors, size=complete)
+
+
+class RecordBook:
+    """Typed ledger appends keyed by (type, key), each written at most once across resumes.
+
+    The index is rebuilt from the ledger on open, so after a crash a step that already wrote
+    its record writes nothing again.
+    """
+
+    def __init__(self, ledger: Ledger, run_id: str) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.seen: dict[tuple[str, str], Record] = {}
+        self.records: list[Record] = []
+        if ledger.path.exists():
+            for rec in read_records(ledger.path):
+                self._index(rec)
+
+    def _index(self, rec: Record) -> None:
+        self.records.append(rec)
+        key = rec.payload.get("_key")
+        if key is not None:
+            self.seen[(rec.type, key)] = rec
+
+    def has(self, type_: str, key: str) -> bool:
+        return (type_, key) in self.seen
+
+    def once(self, key: str, payload: Payload, type_: str | None = None) -> Record | None:
+        """Append `payload` under `key` unless a record of its type has that key already."""
+        kind = record_type(payload, type_)
+        if self.has(kind, key):
+            return None
+        rec = self.ledger.append(kind, {**payload.model_dump(mode="json"), "_key": key}, run_id=self.run_id)
+        self._index(rec)
+        return rec
+
+    def get(self, type_: str, key: str, model: type[P]) -> P | None:
+        rec = self.seen.get((type_, key))
+        return None if rec is None else _typed(parse_payload(type_, rec.payload), model)
+
+    def of_type(self, type_: str) -> list[Record]:
+        return [r for r in self.records if r.type == type_]
+
+    def payloads(self, type_: str, model: type[P]) -> list[P]:
+        """The typed payloads of every record of `type_`, in ledger order."""
+        return [_typed(parse_payload(type_, r.payload), model) for r in self.of_type(type_)]
+
+
+def _typed(payload: Payload, model: type[P]) -> P:
+    if not isinstance(payload, model):
+        raise TypeError(f"expected a {model.__name__} payload, got {type(payload).__name__}")
+    return payload

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -22,6 +22,8 @@ from rich.markup import escape
 
 import ledger as ledger_mod
 from loop.contract import ContractError, LoadedContract, load_contract
+from loop.errors import ExitCode
+from train import RUNS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False)
 ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -29,15 +31,11 @@ app.add_typer(ledger_app, name="ledger", help="Review and verify a run's ledger.
 err = Console(stderr=True)
 out = Console()
 
-RUNS = Path("state/runs")
-POLICIES = Path("state/policies")
-EXIT_HALTED = 3
-EXIT_REFUSED = 2
 
 ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="Run contract (Markdown + YAML front matter).")]
 
 
-def _fail(message: str, code: int = EXIT_REFUSED) -> None:
+def _fail(message: str, code: int = ExitCode.REFUSED) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
 
@@ -75,7 +73,8 @@ def run(
     backend: Annotated[Optional[str], typer.Option(help="Refuse unless the contract uses this backend.")] = None,
 ) -> None:
     """Run (or resume) the fixed-budget experiment of a run contract (from the project root)."""
-    from loop.session import plan_run, start_run
+    from loop.commands import plan_run
+    from train import execute_run
 
     loaded = _load(contract)
     if backend is not None and backend != loaded.contract.backend:
@@ -89,7 +88,7 @@ def run(
     rid = run_id or f"{loaded.contract.contract_id}-{loaded.contract.contract_hash[:8]}"
     if new:
         rid = f"{rid}-{time.strftime('%Y%m%d-%H%M%S')}"
-    code = start_run(loaded, root, rid, replicate, out, err)
+    code = execute_run(loaded, root, rid, replicate, out, err)
     raise typer.Exit(code)
 
 
@@ -165,7 +164,7 @@ def ledger_show(
                 out.print(f"[dim]{rec.seq:>5}[/] {rec.ts[11:19]} [bold]{rec.type:<9}[/] {escape(describe(rec))}",
                           highlight=False)
     except ledger_mod.LedgerError as ex:
-        _fail(f"{ex}; run `sil ledger verify`", 1)
+        _fail(f"{ex}; run `sil ledger verify`", ExitCode.FAILED)
 
 
 @app.command()
@@ -173,14 +172,15 @@ def replicate(
     run: Annotated[str, typer.Argument(help="Run id.")],
     mutation_id: Annotated[str, typer.Argument(help="Mutation id of a KEEP verdict in that run.")],
     k: Annotated[int, typer.Option("--k", min=1, max=64, help="Fresh paired rounds to run.")] = 8,
+    arm: Annotated[Optional[str], typer.Option(help="The arm that kept it (needed if two arms did).")] = None,
     contract: ContractOpt = Path("program.md"),
 ) -> None:
     """Re-measure a past KEEP with K fresh paired rounds; demote it if it does not hold."""
-    from loop.session import replicate_keep
+    from loop.commands import replicate_keep
 
     loaded = _load(contract)
     root = Path.cwd()
-    raise typer.Exit(replicate_keep(loaded, root, _run_dir(root, run), mutation_id, k, out, err))
+    raise typer.Exit(replicate_keep(loaded, root, _run_dir(root, run), mutation_id, arm, k, out, err))
 
 
 @app.command()
@@ -189,7 +189,7 @@ def promote(
     arm: Annotated[str, typer.Option(help="Arm whose champion to promote.")] = "gate",
 ) -> None:
     """Copy an arm's champion policy into state/policies (explicit; never automatic)."""
-    from loop.session import promote_champion
+    from loop.commands import promote_champion
 
     root = Path.cwd()
     raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err))
@@ -198,7 +198,7 @@ def promote(
 @app.command()
 def check(contract: ContractOpt = Path("program.md")) -> None:
     """Validate a contract, the frozen measurement and the policy files, offline."""
-    from loop.session import check_contract
+    from loop.commands import check_contract
 
     loaded = _load(contract)
     raise typer.Exit(check_contract(loaded, Path.cwd(), out, err))

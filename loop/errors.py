@@ -22,3 +22,7 @@ class ExitCode(IntEnum):
 
 class Halt(RuntimeError):
     """Stop the whole run with an explicit, recorded reason."""
+
+
+class Refused(RuntimeError):
+    """The command's input cannot be accepted; nothing was changed. The message says how to fix it."""

@@ -5,7 +5,7 @@ under `state/runs/<run>/sets/<set_id>/`) becomes a git commit whose parent is th
 the champion it was derived from, and two refs are set with git plumbing only:
 
     refs/sil/<run>/origin                      the starting policy set
-    refs/sil/<run>/candidates/<mutation_id>    every candidate, whatever its verdict
+    refs/sil/<run>/candidates/<arm>/<mutation_id>   every candidate, whatever its verdict
     refs/sil/<run>/arms/<arm>/champion         the arm's current champion
 
 so `git log refs/sil/<run>/arms/gate/champion` is the chain of KEEPs back to the origin.
@@ -16,6 +16,7 @@ tree are never touched; promoting a champion to the user's files is the explicit
 
     refs = PolicyRefs(anchor_repo(root), run_id, store)
     commit = refs.record_candidate("gate", mutation_id, candidate, parent_commit, message, ts)
+    run_refs = RunRefs(repo, run_id, store)      # what the loop uses: lazy, and halts on failure
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ledger import check_run_id
+from loop.errors import Halt
 from loop.checkpoint import REF_PREFIX, CheckpointError, GitPlumbing
 from loop.policystore import PolicySet, PolicyStore
 from sil_policy import SURFACES
@@ -37,8 +39,8 @@ def origin_ref(run_id: str) -> str:
     return f"{REF_PREFIX}/{check_run_id(run_id)}/origin"
 
 
-def candidate_ref(run_id: str, mutation_id: str) -> str:
-    return f"{REF_PREFIX}/{check_run_id(run_id)}/candidates/{mutation_id}"
+def candidate_ref(run_id: str, arm: str, mutation_id: str) -> str:
+    return f"{REF_PREFIX}/{check_run_id(run_id)}/candidates/{arm}/{mutation_id}"
 
 
 def champion_ref(run_id: str, arm: str) -> str:
@@ -70,11 +72,11 @@ class PolicyRefs:
 
     def record_candidate(self, arm: str, mutation_id: str, candidate: PolicySet, parent_commit: str,
                          summary: str, ts: str) -> str:
-        """The candidate's commit on top of its parent champion's; ref `candidates/<id>`."""
+        """The candidate's commit on top of its parent champion's; ref `candidates/<arm>/<id>`."""
         message = (f"sil {self.run_id} {arm}: {summary}\n\nMutation: {mutation_id}\n"
                    f"Policy-Set: {candidate.set_id}\n")
         commit = self._commit(candidate, message, [parent_commit], ts)
-        self._set_ref(candidate_ref(self.run_id, mutation_id), commit, expect=None)
+        self._set_ref(candidate_ref(self.run_id, arm, mutation_id), commit, expect=None)
         return commit
 
     def set_champion(self, arm: str, commit: str, previous: str | None) -> None:
@@ -108,3 +110,59 @@ class PolicyRefs:
             self.git.update_ref(ref, commit, expect)
         except CheckpointError as ex:
             raise PolicyRefError(f"cannot update {ref}: {ex}") from None
+
+
+class RunRefs:
+    """The run's view of its policy refs: created on first use, and a failure halts the run.
+
+    Without a repository (`repo` None) nothing is recorded and every commit is None.
+    """
+
+    def __init__(self, repo: Path | None, run_id: str, store: PolicyStore) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.store = store
+        self._refs: PolicyRefs | None = None
+
+    def _git(self) -> PolicyRefs:
+        if self._refs is None:
+            assert self.repo is not None
+            self._refs = PolicyRefs(self.repo, self.run_id, self.store)
+        return self._refs
+
+    def record_verdict(self, arm: str, mutation_id: str, candidate: PolicySet, origin: PolicySet,
+                       champion_commit: str | None, keep: bool, summary: str, times: tuple[str, str]
+                       ) -> tuple[str | None, str | None]:
+        """Commit the candidate (kept or not) and move the arm's champion ref on a KEEP.
+
+        `times` are the ledger timestamps of the run record and of the verdict, so a repeat
+        after a crash makes the same commits. Returns (candidate commit, champion commit).
+        """
+        if self.repo is None:
+            return None, champion_commit
+        try:
+            git = self._git()
+            parent = champion_commit or git.origin(origin, times[0])
+            commit = git.record_candidate(arm, mutation_id, candidate, parent, summary, times[1])
+            champion = commit if keep else parent
+            git.set_champion(arm, champion, previous=champion_commit)
+        except PolicyRefError as ex:
+            raise Halt(f"cannot keep the candidate reachable in git: {ex}") from None
+        return commit, champion
+
+    def move_champion(self, arm: str, commit: str, previous: str | None) -> None:
+        """Point the arm's champion ref at `commit` (e.g. the origin after a roll-back)."""
+        if self.repo is None:
+            return
+        try:
+            self._git().set_champion(arm, commit, previous=previous)
+        except PolicyRefError as ex:
+            raise Halt(f"cannot move the {arm} champion ref: {ex}") from None
+
+    def origin_commit(self, origin: PolicySet, ts: str) -> str | None:
+        if self.repo is None:
+            return None
+        try:
+            return self._git().origin(origin, ts)
+        except PolicyRefError as ex:
+            raise Halt(f"cannot record the origin policy in git: {ex}") from None

@@ -92,6 +92,13 @@ class PolicyStore:
             if got != policy_set.hashes[name]:
                 raise PolicyError(f"stored policy set {policy_set.set_id} is corrupt: {name}")
 
+    def stored_set(self, set_id: str) -> PolicySet:
+        """A set stored by this run, by id (validated and re-hashed)."""
+        policy_set, _ = read_policy_dir(self.sets_dir / set_id)
+        if policy_set.set_id != set_id:
+            raise PolicyError(f"stored policy set {set_id} is corrupt: its files hash to {policy_set.set_id}")
+        return policy_set
+
     def documents(self, policy_set: PolicySet) -> dict[str, dict]:
         return read_policy_dir(self.set_dir(policy_set))[1]
 

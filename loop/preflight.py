@@ -8,75 +8,32 @@ for it. A loader that is not connected to its OVERRIDE path reports another hash
 surface fails with a message that names it. An audit that yields no trustworthy report of
 what was loaded makes the probe inconclusive (`gap_reason`): unknown is not a pass.
 
-    report = run_preflight(ctx, champion_dir, work_dir)
+    report = run_preflight(ctx, champion_dir, work_dir, backend)
     if not report.passed:
         raise SystemExit(report.summary())
+    preflight_phase(rc)          # the run's phase: retries gaps, records each probe, halts on a miswire
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import dataclasses
 import secrets
 import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, computed_field
-
 import measure
+from loop.context import RunContext
+from loop.errors import Halt
+from loop.records import Keys, PreflightReport, SurfaceProbe
 from measure import AuditBackend, AuditRequest, GapError, MeasureContext
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface, validate_document
-from sil_policy.evidence import Evidence, Usage
+from sil_policy.evidence import Evidence
 
 PREFLIGHT_SEEDS = 1
 SENTINEL_PREFIX = "sil_preflight_"
-
-
-class SurfaceProbe(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    surface: str
-    sent_hash: str
-    seen_hash: str | None
-    passed: bool
-    message: str
-
-
-class PreflightReport(BaseModel):
-    """What the probe sent and saw, per surface.
-
-    `gap_reason` is set when the probe is inconclusive (the audit gave no trustworthy report
-    of what was loaded): retry it like any gap. With `gap_reason` None, the probes are the
-    verdict: `passed`, or a wiring failure named in the failed probes' messages.
-    """
-
-    model_config = ConfigDict(frozen=True)
-    audit_id: str
-    backend: str
-    token: str
-    probes: list[SurfaceProbe]
-    gap_reason: str | None = None
-    audit_gap_reason: str | None = None
-    log_path: str | None = None
-    usage: Usage = Usage()
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def passed(self) -> bool:
-        return self.gap_reason is None and bool(self.probes) and all(p.passed for p in self.probes)
-
-    def summary(self) -> str:
-        if self.passed:
-            head = "wiring preflight passed"
-        elif self.gap_reason:
-            head = "wiring preflight inconclusive (audit gap): refusing to run"
-        else:
-            head = "wiring preflight FAILED: refusing to run"
-        lines = [f"{head} ({self.backend}, audit {self.audit_id})"]
-        lines += [f"  {'ok  ' if p.passed else 'FAIL'} {p.message}" for p in self.probes]
-        if self.audit_gap_reason:
-            lines.append(f"  audit gap: {self.audit_gap_reason}")
-        return "\n".join(lines)
 
 
 def sentinel_document(surface: str, document: dict[str, Any], token: str) -> dict[str, Any]:
@@ -170,3 +127,32 @@ def _probe(surface: str, sent: str, seen: str | None) -> SurfaceProbe:
         message = (f"{surface}: the runtime reported {seen[:12]}, not the sentinel {sent[:12]}: "
                    f"its loader is not connected to {env} (or ignores it)")
     return SurfaceProbe(surface=surface, sent_hash=sent, seen_hash=seen, passed=seen == sent, message=message)
+
+
+def preflight_phase(rc: RunContext) -> None:
+    """Prove every surface in the search space reaches the target before spending budget.
+
+    A gap (no usable evidence) is retried like any audit gap; a probe that saw the wrong
+    policy halts at once.
+    """
+    base = hashlib.sha256(rc.state.run_id.encode()).hexdigest()[:10]
+    for attempt in range(rc.contract.stop.max_consecutive_gaps):
+        key = Keys.probe(attempt)
+        report = rc.book.get("probe", key, PreflightReport)
+        if report is None:
+            rc.rounds.recover([(key, rc.run_dir / key / "audit")])  # run_preflight's audit dir
+            report = run_preflight(rc.measure, rc.store.set_dir(rc.state.origin), rc.run_dir / key, rc.backend,
+                                   token=f"{base}{attempt:02d}")
+            rc.book.once(key, report)
+            rc.state.audits += 1
+            rc.state.usd += report.usage.usd
+            rc.state.gaps += report.audit_gap_reason is not None
+            rc.save()
+        if report.passed:
+            rc.emit(f"preflight: all {len(report.probes)} surfaces of the search space reach the target")
+            return
+        if report.gap_reason is None:
+            failed = [p.message for p in report.probes if not p.passed]
+            raise Halt("wiring preflight failed, refusing to spend budget: " + "; ".join(failed))
+        rc.emit(f"  preflight audit gap: {report.gap_reason}")
+    raise Halt("wiring preflight could not run: every attempt was an audit gap")

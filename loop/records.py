@@ -1,24 +1,33 @@
-"""Typed payloads of the ledger records the loop writes, and an index of what is recorded.
+"""Every ledger record type the loop writes: one payload model each, and the keys that name them.
 
-The index lets every step be idempotent: after a crash the loop rebuilds it from the ledger
-and appends a record only if its key is not there yet.
+A record is written at most once per (type, key) across crashes and resumes (see
+`ledger.RecordBook`), so the key builders in `Keys` are the identities of the run's events.
+A candidate is named by its arm *and* its mutation id: the same edit may be proposed in the
+random and the gate arm, and each is its own candidate with its own verdict.
 
-    book = RecordBook(ledger, run_id)
-    book.once("verdict", mutation_id, VerdictRecord(...))
+    book.once(Keys.verdict("gate", mid), VerdictRecord(...))
+    for rec, verdict in book.payloads(VerdictRecord): ...
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, computed_field
 
-from ledger import Ledger, Record, read_records
+from fitness import NoiseEstimate, RoundStat
+from gate import ErrorBudget, GateDecision
+from loop.mutation import Mutation
+from sil_policy.evidence import Usage
 
-SIM_NOTE = "simulated audit: proves the loop's plumbing and statistics, not any model's quality"
+
+class Payload(BaseModel):
+    """Base of every record payload: plain JSON, unknown fields refused when read back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class RunRecord(BaseModel):
+class RunRecord(Payload):
     contract_id: str
     contract_hash: str
     measurement_hash: str
@@ -32,7 +41,7 @@ class RunRecord(BaseModel):
     note: str
 
 
-class BaselineRecord(BaseModel):
+class BaselineRecord(Payload):
     policy_set: str
     audit_ids: list[str]
     per_dimension_mean: dict[str, float | None]
@@ -43,13 +52,32 @@ class BaselineRecord(BaseModel):
     models: dict[str, str]
 
 
-class IntentRecord(BaseModel):
+class NoiseRecord(Payload):
+    estimate: NoiseEstimate
+    pairs: int
+    source: str
+
+
+class MutationRecord(Payload):
+    arm: str
+    index: int
+    mutation: Mutation
+    candidate_set: str
+    parent_set: str
+    value_hash: str
+
+
+class IntentRecord(Payload):
     action: Literal["apply", "audit", "promote", "revert", "demote"]
     key: str
-    detail: dict[str, Any] = {}
+    arm: str | None = None
+    audit_ids: list[str] = []
+    tick: int | None = None
+    surface: str | None = None
+    to: str | None = None
 
 
-class AuditRecord(BaseModel):
+class AuditRecord(Payload):
     audit_id: str
     arm: str
     round: str
@@ -62,7 +90,7 @@ class AuditRecord(BaseModel):
     missing: dict[str, list[str]]
     sample_counts: dict[str, int]
     loaded_policy_hashes: dict[str, str]
-    usage: dict[str, Any]
+    usage: Usage
     wall_s: float
     backend: str
     simulated: bool
@@ -70,17 +98,26 @@ class AuditRecord(BaseModel):
     diagnostics: list[str]
 
 
-class RoundRecord(BaseModel):
+class RoundRecord(Payload):
     arm: str
     round: str
     kind: str
     mutation_id: str | None
     diff: dict[str, float | None]
     n_seeds: dict[str, int]
-    decision: dict[str, Any] | None = None
+    gap_reason: str | None = None  # the round had a gap: no statistic
+    decision: GateDecision | None = None
+    coin: float | None = None  # the random arm's draw
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict(self) -> str | None:
+        if self.gap_reason is not None:
+            return "gap"
+        return self.decision.verdict if self.decision is not None else None
 
 
-class VerdictRecord(BaseModel):
+class VerdictRecord(Payload):
     arm: str
     mutation_id: str
     verdict: Literal["keep", "revert"]
@@ -89,11 +126,13 @@ class VerdictRecord(BaseModel):
     parent_set: str
     rounds: int
     alpha: float | None
-    error_budget: dict[str, Any]
-    decision: dict[str, Any] | None
+    error_budget: ErrorBudget | None
+    decision: GateDecision | None
 
 
-class PolicyChangeRecord(BaseModel):
+class PolicyChangeRecord(Payload):
+    """An arm's working policy changed: `applied` (candidate written), `promote`, `revert`."""
+
     arm: str
     mutation_id: str
     surface: str
@@ -103,7 +142,92 @@ class PolicyChangeRecord(BaseModel):
     commit: str | None = None  # the candidate's git commit (loop/policyrefs.py), when recorded
 
 
-class RecoveryRecord(BaseModel):
+class CertifyRecord(Payload):
+    arm: str
+    policy_set: str
+    against: str  # the policy set it was certified against (the run's starting policy)
+    certified: bool
+    rounds: int
+    decision: GateDecision | None  # each leg's estimate, statistic and boundary at the last look
+
+
+class DemoteRecord(Payload):
+    """A kept champion taken back: certification failed, or a replication did not hold."""
+
+    cause: Literal["certification", "replication"]
+    arm: str
+    policy_set: str
+    restored_set: str | None  # None: the arm's champion had already moved on
+    mutation_id: str | None = None
+    reason: str
+
+
+class ReplicateRecord(Payload):
+    mutation_id: str
+    arm: str
+    rounds: int
+    target: str
+    target_interval: tuple[float, float, float] | None
+    critical_means: dict[str, float | None]
+    demoted: bool
+    reason: str
+    champion_reverted: bool
+
+
+class UserPromoteRecord(Payload):
+    """An operator copied an arm's champion into the runtime's own policy files."""
+
+    arm: str
+    policy_set: str
+    to: str
+    by: str = "operator"
+
+
+class SurfaceProbe(Payload):
+    surface: str
+    sent_hash: str
+    seen_hash: str | None
+    passed: bool
+    message: str
+
+
+class PreflightReport(Payload):
+    """What the wiring probe sent and saw, per surface.
+
+    `gap_reason` is set when the probe is inconclusive (the audit gave no trustworthy report
+    of what was loaded): retry it like any gap. With `gap_reason` None, the probes are the
+    verdict: `passed`, or a wiring failure named in the failed probes' messages.
+    """
+
+    audit_id: str
+    backend: str
+    token: str
+    probes: list[SurfaceProbe]
+    gap_reason: str | None = None
+    audit_gap_reason: str | None = None
+    log_path: str | None = None
+    usage: Usage = Usage()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def passed(self) -> bool:
+        return self.gap_reason is None and bool(self.probes) and all(p.passed for p in self.probes)
+
+    def summary(self) -> str:
+        if self.passed:
+            head = "wiring preflight passed"
+        elif self.gap_reason:
+            head = "wiring preflight inconclusive (audit gap): refusing to run"
+        else:
+            head = "wiring preflight FAILED: refusing to run"
+        lines = [f"{head} ({self.backend}, audit {self.audit_id})"]
+        lines += [f"  {'ok  ' if p.passed else 'FAIL'} {p.message}" for p in self.probes]
+        if self.audit_gap_reason:
+            lines.append(f"  audit gap: {self.audit_gap_reason}")
+        return "\n".join(lines)
+
+
+class RecoveryRecord(Payload):
     """What a resumed run found of an audit a crash interrupted, and what it does about it."""
 
     audit_id: str
@@ -113,7 +237,20 @@ class RecoveryRecord(BaseModel):
     action: str
 
 
-class StopRecord(BaseModel):
+class RepairRecord(Payload):
+    """The ledger cut a torn last line a crash left, after keeping it aside."""
+
+    torn_tail_bytes: int
+    kept_at: str
+    torn_tail_sha256: str
+
+
+class HaltRecord(Payload):
+    reason: str
+    phase: str | None = None
+
+
+class StopRecord(Payload):
     reason: str
     audits: int
     gaps: int
@@ -121,34 +258,96 @@ class StopRecord(BaseModel):
     elapsed_s: float
 
 
-class RecordBook:
-    """Ledger appends keyed by (type, key), each written at most once across resumes."""
+# record type -> payload model; the ledger refuses any other type
+RECORD_MODELS: dict[str, type[Payload]] = {
+    "contract": RunRecord,
+    "baseline": BaselineRecord,
+    "noise": NoiseRecord,
+    "mutation": MutationRecord,
+    "intent": IntentRecord,
+    "applied": PolicyChangeRecord,
+    "audit": AuditRecord,
+    "round": RoundRecord,
+    "verdict": VerdictRecord,
+    "promote": PolicyChangeRecord,
+    "revert": PolicyChangeRecord,
+    "certify": CertifyRecord,
+    "demote": DemoteRecord,
+    "replicate": ReplicateRecord,
+    "user_promote": UserPromoteRecord,
+    "probe": PreflightReport,
+    "recovery": RecoveryRecord,
+    "repair": RepairRecord,
+    "halt": HaltRecord,
+    "stop": StopRecord,
+}
+RECORD_TYPES = frozenset(RECORD_MODELS)
 
-    def __init__(self, ledger: Ledger, run_id: str) -> None:
-        self.ledger = ledger
-        self.run_id = run_id
-        self.seen: set[tuple[str, str]] = set()
-        self.records: list[Record] = []
-        if ledger.path.exists():
-            for rec in read_records(ledger.path):
-                self._index(rec)
 
-    def _index(self, rec: Record) -> None:
-        self.records.append(rec)
-        key = rec.payload.get("_key")
-        if key is not None:
-            self.seen.add((rec.type, key))
+def record_type(payload: Payload, type_: str | None = None) -> str:
+    """The record type a payload is written as (`type_` picks one when a model serves several)."""
+    if type_ is not None:
+        if not isinstance(payload, RECORD_MODELS.get(type_, ())):
+            raise TypeError(f"a {type_!r} record needs a {RECORD_MODELS[type_].__name__} payload, "
+                            f"not {type(payload).__name__}")
+        return type_
+    types = [t for t, model in RECORD_MODELS.items() if type(payload) is model]
+    if len(types) != 1:
+        raise TypeError(f"{type(payload).__name__} is the payload of {types or 'no record type'}; name the type")
+    return types[0]
 
-    def has(self, type_: str, key: str) -> bool:
-        return (type_, key) in self.seen
 
-    def once(self, type_: str, key: str, payload: BaseModel | dict[str, Any]) -> Record | None:
-        if self.has(type_, key):
-            return None
-        body = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else dict(payload)
-        rec = self.ledger.append(type_, {**body, "_key": key}, run_id=self.run_id)
-        self._index(rec)
-        return rec
+def parse_payload(type_: str, body: dict[str, Any]) -> Payload:
+    """The typed payload of a stored record (its `_key` and computed fields are not inputs)."""
+    model = RECORD_MODELS[type_]
+    derived = {"_key", *model.model_computed_fields}
+    return model.model_validate({k: v for k, v in body.items() if k not in derived})
 
-    def of_type(self, type_: str) -> list[Record]:
-        return [r for r in self.records if r.type == type_]
+
+class Keys:
+    """The key of each event of a run: what makes writing it again a no-op after a crash."""
+
+    RUN = "run"
+    BASELINE = "baseline"
+    CALIBRATION = "calibration"
+    STOP = "stop"
+
+    @staticmethod
+    def candidate(arm: str, mutation_id: str) -> str:
+        return f"{arm}:{mutation_id}"
+
+    @staticmethod
+    def audit(audit_id: str) -> str:
+        return audit_id
+
+    @staticmethod
+    def round(label: str) -> str:
+        return label
+
+    @staticmethod
+    def intent(action: str, key: str) -> str:
+        return f"{action}:{key}"
+
+    @staticmethod
+    def certify(arm: str, policy_set: str) -> str:
+        return f"{arm}:{policy_set}"
+
+    @staticmethod
+    def probe(attempt: int) -> str:
+        return f"preflight-{attempt}"
+
+    @staticmethod
+    def recovery(audit_id: str, attempt: int) -> str:
+        return f"audit:{audit_id}:{attempt}"
+
+    @staticmethod
+    def halt(n: int) -> str:
+        return f"halt:{n}"
+
+    @staticmethod
+    def replication(arm: str, mutation_id: str, n: int) -> str:
+        return f"{arm}:{mutation_id}:{n}"
+
+    @staticmethod
+    def user_promote(policy_set: str) -> str:
+        return f"user:{policy_set}"

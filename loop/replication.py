@@ -1,155 +1,105 @@
-"""Review actions on a finished run: replicate a past KEEP, promote a champion to the user.
+"""`sil replicate`: re-measure a past KEEP in K fresh paired rounds; demote it if it does not hold.
 
-Replication re-audits the kept policy set against the policy it replaced in K fresh paired
-rounds (never reusing the audits that led to the KEEP). The KEEP is demoted when the fresh
-rounds do not show the target improving, or show a critical dimension worse than its
-margin. Promotion copies an arm's champion into `state/policies` only on request, and only
-if those files are still the run's starting policy.
+The kept policy set is audited against the policy it replaced, never reusing the audits that
+led to the KEEP, through the run's own `RoundRunner`: the approval is re-checked before every
+batch, the audit, USD and wall-time budgets apply, and the ledger head is anchored after the
+result. The KEEP holds only if the 90% interval of the target's paired difference lies
+wholly on the improving side of the superiority margin and no critical dimension is worse
+than its margin on average; otherwise it is demoted (and if it is still its arm's champion,
+the champion's file is restored to the parent).
+
+    result = replicate(rc, mutation_id, arm="gate", k=8)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import numpy as np
-from pydantic import BaseModel
 
 import fitness
-from ledger import Ledger, read_records
-from loop.contract import LoadedContract
-from loop.fsutil import atomic_write_bytes
-from loop.policystore import PolicySet, PolicyStore, read_policy_dir
-from loop.records import IntentRecord, RecordBook
-from loop.runstate import RunState
-from sil_policy import SURFACES
+from fitness import RoundStat
+from loop.context import RunContext
+from loop.errors import Refused
+from loop.records import DemoteRecord, IntentRecord, Keys, ReplicateRecord, VerdictRecord
+from loop.runstate import ArmState
 
 LEVEL = 0.9
 
 
-class ReplicationError(RuntimeError):
-    """The replication cannot run (unknown KEEP, other contract, no budget...)."""
+def find_keep(rc: RunContext, mutation_id: str, arm: str | None) -> VerdictRecord:
+    """The KEEP verdict to replicate; `arm` is needed only when two arms kept the same edit."""
+    verdicts = [v for v in rc.book.payloads("verdict", VerdictRecord)
+                if v.mutation_id == mutation_id and (arm is None or v.arm == arm)]
+    if not verdicts:
+        raise Refused(f"no verdict for mutation {mutation_id!r}{f' in the {arm} arm' if arm else ''} "
+                      "in this run (see `sil ledger show --type verdict`)")
+    keeps = [v for v in verdicts if v.verdict == "keep"]
+    if not keeps:
+        raise Refused(f"{mutation_id} was reverted, not kept: nothing to replicate")
+    if len(keeps) > 1:
+        raise Refused(f"{mutation_id} was kept in the arms {[v.arm for v in keeps]}; name one with --arm")
+    return keeps[0]
 
 
-class PromotionError(RuntimeError):
-    """The champion cannot be promoted to the user's policy files."""
-
-
-class ReplicationResult(BaseModel):
-    mutation_id: str
-    arm: str
-    rounds: int
-    target: str
-    target_interval: tuple[float, float, float] | None
-    critical_means: dict[str, float | None]
-    demoted: bool
-    reason: str
-    champion_reverted: bool
-
-    def describe(self) -> str:
-        ti = "—" if self.target_interval is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*self.target_interval)
-        verdict = "DEMOTED" if self.demoted else "holds"
-        extra = " (the arm's champion was restored to its parent)" if self.champion_reverted else ""
-        return (f"replication of {self.mutation_id} ({self.arm}): {self.rounds} fresh paired rounds; "
-                f"Δ{self.target} {ti}; {verdict}: {self.reason}{extra}")
-
-
-def _find_keep(records, mutation_id: str):
-    for rec in records:
-        if rec.type == "verdict" and rec.payload["mutation_id"] == mutation_id:
-            if rec.payload["verdict"] != "keep":
-                raise ReplicationError(f"{mutation_id} was reverted, not kept: nothing to replicate")
-            return rec
-    raise ReplicationError(f"no verdict for mutation {mutation_id!r} in this run (see `sil ledger show`)")
-
-
-def replicate(loaded: LoadedContract, root: Path, run_dir: Path, mutation_id: str, k: int,
-              approval: str, measurement_hash: str, on_event: Callable[[str], None]) -> ReplicationResult:
-    from train import RunConfig, Runner
-
-    state = RunState.load(run_dir)
-    if state is None:
-        raise ReplicationError(f"{run_dir} has no run state")
-    if state.contract_hash != loaded.contract.contract_hash:
-        raise ReplicationError("the run was made under another contract; pass that contract with --contract")
-    keep = _find_keep(list(read_records(run_dir / "ledger.jsonl")), mutation_id)
-    c = loaded.contract
-    if state.audits + 2 * k > c.budget.max_audits:
-        raise ReplicationError(f"the contract's audit budget has {c.budget.max_audits - state.audits} audits left; "
-                               f"{k} rounds need {2 * k}")
-    cfg = RunConfig(repo_root=root, run_dir=run_dir, policy_dir=root / "state/policies",
-                    approval_id=approval, on_event=on_event)
-    runner = Runner(loaded, cfg, measurement_hash)
-    cand, parent = _sets(runner.store, keep.payload["candidate_set"], keep.payload["parent_set"])
-    rounds = []
-    done = len(runner.book.of_type("replicate"))
+def replicate(rc: RunContext, mutation_id: str, arm: str | None, k: int) -> ReplicateRecord:
+    keep = find_keep(rc, mutation_id, arm)
+    cand, parent = rc.store.stored_set(keep.candidate_set), rc.store.stored_set(keep.parent_set)
+    if why := rc.rounds.budget_left("replicate", 2 * k):
+        raise Refused(f"{k} fresh rounds cannot start: {why}")
+    done = len(rc.book.of_type("replicate"))
+    rounds: list[RoundStat] = []
     for i in range(k):
-        label = f"replicate{done:02d}-{mutation_id}-r{i:02d}"  # stable: a re-run reuses finished audits
-        stat = runner.paired_round("replicate", label, "replicate", cand, parent, mutation_id)
-        runner.round_consumed()
+        label = f"replicate{done:02d}-{keep.arm}-{mutation_id}-r{i:02d}"  # stable: a re-run reuses finished audits
+        stat = rc.rounds.run_pair("replicate", label, "replicate", cand, parent, mutation_id)
+        rc.rounds.consumed()
+        rc.save()
         if stat is not None:
             rounds.append(stat)
-    return _conclude(runner, keep.payload["arm"], mutation_id, rounds, done, cand, parent)
+    result = judge_replication(rc, keep, rounds)
+    record_replication(rc, keep, result, done)
+    rc.rounds.anchor()
+    return result
 
 
-def _sets(store: PolicyStore, cand_id: str, parent_id: str) -> tuple[PolicySet, PolicySet]:
-    return read_policy_dir(store.sets_dir / cand_id)[0], read_policy_dir(store.sets_dir / parent_id)[0]
-
-
-def _conclude(runner, arm_name, mutation_id, stored, n_prior, cand, parent) -> ReplicationResult:
-    p = runner.promotion
+def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundStat]) -> ReplicateRecord:
+    p = rc.promotion
     target = p.target_dimensions[0]
-    rounds = list(stored)
     ti = fitness.interval(rounds, target, LEVEL) if rounds else None
     crit = {d: (float(np.mean(v)) if (v := [r.diff[d] for r in rounds if r.diff.get(d) is not None]) else None)
             for d in p.critical_dimensions}
     if ti is None:
-        demoted, reason = True, "no usable fresh round: the KEEP is unconfirmed"
-    elif ti[0] >= -p.superiority_margin:
-        demoted, reason = True, f"fresh rounds show no improvement on {target} (mean {ti[0]:+.3f})"
+        demoted, reason = True, "not enough usable fresh rounds for an interval: the KEEP is unconfirmed"
+    elif ti[2] >= -p.superiority_margin:
+        demoted, reason = True, (f"fresh rounds do not show {target} improving: "
+                                 f"{ti[0]:+.3f} [{ti[1]:+.3f}, {ti[2]:+.3f}] reaches {-p.superiority_margin:+.3f}")
     elif bad := [d for d, m in crit.items() if m is not None and m > p.critical_margin]:
         demoted, reason = True, f"critical dimensions worse than the {p.critical_margin} margin: {bad}"
     else:
-        demoted, reason = False, f"fresh rounds still favour the candidate on {target}"
-    reverted = False
-    arm = runner.state.arms.get(arm_name)
-    if demoted and arm is not None and arm.champion == cand:
-        surface = next(s for s in SURFACES if cand.hashes[s] != parent.hashes[s])
-        runner.book.once("intent", f"demote:{mutation_id}:{n_prior}", IntentRecord(action="demote", key=mutation_id))
-        runner.store.write_surface(arm_name, surface, parent, expect_current=cand.hashes[surface])
-        arm.champion = parent
-        reverted = True
-    result = ReplicationResult(mutation_id=mutation_id, arm=arm_name, rounds=len(rounds), target=target,
-                               target_interval=ti, critical_means=crit, demoted=demoted, reason=reason,
-                               champion_reverted=reverted)
-    runner.book.once("replicate", f"{mutation_id}:{n_prior}", result)
-    if demoted:
-        runner.book.once("demote", f"{mutation_id}:{n_prior}", {"mutation_id": mutation_id, "reason": reason,
-                                                                 "champion_reverted": reverted})
-    runner.save()
-    return result
+        demoted, reason = False, f"the {LEVEL:.0%} interval of {target} excludes no improvement"
+    return ReplicateRecord(mutation_id=keep.mutation_id, arm=keep.arm, rounds=len(rounds), target=target,
+                           target_interval=ti, critical_means=crit, demoted=demoted, reason=reason,
+                           champion_reverted=False)
 
 
-def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
-    state = RunState.load(run_dir)
-    if state is None or arm_name not in state.arms:
-        raise PromotionError(f"no arm {arm_name!r} in {run_dir.name}")
-    champion = state.arms[arm_name].champion
-    current, _ = read_policy_dir(policy_dir)
-    if current == champion:
-        return f"{policy_dir} already holds the {arm_name} champion {champion.set_id}"
-    if current != state.origin:
-        raise PromotionError(f"{policy_dir} changed since the run started (set {current.set_id}, run started "
-                             f"from {state.origin.set_id}); review it by hand, nothing was copied")
-    store = PolicyStore(run_dir)
-    book = RecordBook(Ledger(run_dir / "ledger.jsonl"), state.run_id)
-    book.once("intent", f"user-promote:{champion.set_id}", IntentRecord(action="promote", key=champion.set_id,
-              detail={"to": str(policy_dir), "arm": arm_name}))
-    for name, spec in SURFACES.items():
-        if current.hashes[name] != champion.hashes[name]:
-            atomic_write_bytes(policy_dir / spec.filename, (store.set_dir(champion) / spec.filename).read_bytes())
-    if read_policy_dir(policy_dir)[0] != champion:
-        raise PromotionError("the copied files do not match the champion; check the disk")
-    book.once("promote", f"user:{champion.set_id}", {"arm": arm_name, "policy_set": champion.set_id,
-                                                      "to": str(policy_dir), "by": "operator"})
-    return f"copied the {arm_name} champion {champion.set_id} into {policy_dir} (commit it yourself to release it)"
+def record_replication(rc: RunContext, keep: VerdictRecord, result: ReplicateRecord, n: int) -> None:
+    key = Keys.replication(keep.arm, keep.mutation_id, n)
+    arm = rc.state.arms.get(keep.arm)
+    if result.demoted and arm is not None and arm.champion.set_id == keep.candidate_set:
+        restore_parent(rc, arm, keep, key)
+        result = result.model_copy(update={"champion_reverted": True})
+    rc.book.once(key, result)
+    if result.demoted:
+        rc.book.once(key, DemoteRecord(
+            cause="replication", arm=keep.arm, policy_set=keep.candidate_set,
+            restored_set=keep.parent_set if result.champion_reverted else None,
+            mutation_id=keep.mutation_id, reason=result.reason))
+    rc.save()
+
+
+def restore_parent(rc: RunContext, arm: ArmState, keep: VerdictRecord, key: str) -> None:
+    """The demoted KEEP is still the arm's champion: put its parent's file back."""
+    cand, parent = rc.store.stored_set(keep.candidate_set), rc.store.stored_set(keep.parent_set)
+    rc.book.once(Keys.intent("demote", key), IntentRecord(action="demote", key=key, arm=keep.arm))
+    for surface, digest in cand.hashes.items():
+        if digest != parent.hashes[surface]:
+            rc.store.write_surface(keep.arm, surface, parent, expect_current=digest)
+    arm.champion = parent

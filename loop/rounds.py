@@ -1,97 +1,182 @@
-"""How a round of audits is planned, run, recovered after a crash, and recorded.
+"""Rounds of audits: planned, budgeted, guarded, run, recovered after a crash, and recorded.
 
 A round is a batch of audits that share one tick of the audit clock: a candidate/champion
-pair, an A/A pair of the never arm, or the baseline batch. Its audit ids and tick are fixed
-and recorded (intent) before any audit starts; each finished audit's result is stored
-before it is recorded in the ledger; and the plan stays in the run state until the caller
-has saved the round's outcome, so a resumed run re-derives a round instead of paying for a
-new one. `Runner` in train.py mixes this in; it provides `state`, `book`, `ctx`, `store`,
-`cfg`, `contract`, `promotion`, `audit_cost_bound`, `session_start`, `save()` and `emit()`.
+pair, an A/A pair of the never arm, a baseline batch or a replication pair. Every caller
+(the arms, certification, `sil replicate`) runs audits only through `RoundRunner`, which
+enforces for each batch: the audit, USD and wall-time budgets; the guard before audits
+(the approval is re-checked); the audit ids and tick recorded before any audit starts; each
+finished audit's result stored before it is recorded; and the plan kept in the run state
+until the caller has saved the round's outcome, so a resumed run re-derives a round
+instead of paying for a new one.
+
+    rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(before_audits=check_approval))
+    stat = rounds.run_pair("gate", label, "confirm", candidate, champion, mutation_id)
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import fitness
-from fitness import RoundStat
 import measure
+from fitness import RoundStat
 from loop import attempts
 from loop.attempts import AuditStateUnknown
 from loop.errors import Halt
 from loop.faults import crashpoint
 from loop.fsutil import atomic_write_bytes
-from loop.policystore import PolicySet
-from loop.records import AuditRecord, IntentRecord, RecoveryRecord, RoundRecord
-from loop.runstate import PlannedRound
-from measure import AuditRequest, AuditResult
+from loop.journal import RESULT_FILE, Journal
+from loop.policystore import PolicySet, PolicyStore
+from loop.records import AuditRecord, IntentRecord, Keys, RecoveryRecord, RoundRecord
+from loop.runstate import PlannedRound, RoundKind
+from measure import AuditBackend, AuditRequest, AuditResult, MeasureContext
 
-RESULT_FILE = "result.json"
 RECOVERY_ACTIONS = {"finished": "score the evidence it left; not re-run",
                     "timed_out": "record the timeout as a gap; not re-run",
                     "died": "re-run it: it did not finish"}
 
 
-class AuditRounds:
-    """Budget checks and round execution for the loop (a mixin of train.Runner)."""
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Guards:
+    """Checks around audits; each raises `Halt` to stop the run with its reason."""
+
+    before_audits: Callable[[], None] = field(default=_nothing)  # e.g. the approval is still valid
+    anchor: Callable[[], None] = field(default=_nothing)  # checkpoint the ledger head outside it
+
+
+class RoundRunner:
+    """The only way the loop spends audits."""
+
+    def __init__(self, journal: Journal, ctx: MeasureContext, backend: AuditBackend, store: PolicyStore,
+                 guards: Guards) -> None:
+        self.journal = journal
+        self.ctx = ctx
+        self.backend = backend
+        self.store = store
+        self.guards = guards
+        self.cost_bound = backend.audit_cost_bound(ctx.contract, len(ctx.seed_ids))
+
+    # ---- budget --------------------------------------------------------------------------
 
     def budget_left(self, arm: str | None, n: int) -> str | None:
         """Why `n` more audits may not start, or None if they may."""
-        b = self.contract.budget
-        if self.state.audits + n > b.max_audits:
+        b, s = self.ctx.contract.budget, self.journal.state
+        if s.audits + n > b.max_audits:
             return f"run budget ({b.max_audits} audits) spent"
-        spent_by_arm = self.state.arms[arm].audits if arm in self.state.arms else 0
+        spent_by_arm = s.arms[arm].audits if arm in s.arms else 0
         if arm in b.arm_audits and spent_by_arm + n > b.arm_audits[arm]:
             return f"arm budget ({b.arm_audits[arm]} audits) spent"
-        if self.state.elapsed_s + (time.monotonic() - self.session_start) > b.max_wall_s:
+        if self.journal.elapsed() > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
-        if self.state.usd + n * self.audit_cost_bound > b.max_usd + 1e-12:
-            return (f"USD budget (${b.max_usd:g}) could be exceeded: ${self.state.usd:.2f} spent, "
-                    f"up to ${self.audit_cost_bound:.2f} per audit")
+        if s.usd + n * self.cost_bound > b.max_usd + 1e-12:
+            return (f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
+                    f"up to ${self.cost_bound:.2f} per audit")
         return None
 
-    def run_batch(self, arm: str, label: str, kind: str, sets: list[tuple[str, PolicySet]],
-                  mutation_id: str | None = None) -> list[AuditResult]:
+    def usd_left(self, usd: float) -> str | None:
+        """Why spending up to `usd` more (e.g. a mutator call) may not start, or None."""
+        b, s = self.ctx.contract.budget, self.journal.state
+        if s.usd + usd > b.max_usd + 1e-12:
+            return f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, up to ${usd:.2f} more"
+        return None
+
+    def audits_left(self, arm: str) -> int:
+        """Audits the arm may still spend under its own and the run's audit budgets."""
+        b, s = self.ctx.contract.budget, self.journal.state
+        spent = s.arms[arm].audits if arm in s.arms else 0
+        return min(b.arm_audits.get(arm, b.max_audits) - spent, b.max_audits - s.audits)
+
+    # ---- planning ------------------------------------------------------------------------
+
+    def next_label(self, prefix: str) -> str:
+        """The planned round's label when resuming it, else a fresh one stamped with the tick."""
+        planned = self.journal.state.planned
+        if planned is not None and planned.label.startswith(prefix + "-t"):
+            return planned.label
+        return f"{prefix}-t{self.journal.state.tick}"
+
+    def resuming(self, label: str) -> bool:
+        """Whether `label` is the planned round: its audits were budgeted when it was planned."""
+        planned = self.journal.state.planned
+        return planned is not None and planned.label == label
+
+    def consumed(self) -> None:
+        """Forget the planned round once its outcome is in the state (saved by the caller)."""
+        self.journal.state.planned = None
+
+    # ---- running -------------------------------------------------------------------------
+
+    def run_batch(self, arm: str, label: str, kind: RoundKind, sets: list[tuple[str, PolicySet]]
+                  ) -> list[AuditResult]:
         """Run audits that share a clock tick (a paired round or a baseline batch)."""
-        planned = self.state.planned
+        state = self.journal.state
+        planned = state.planned
         if planned is None or planned.label != label:
-            planned = PlannedRound(label=label, tick=self.state.tick, kind=kind)
+            planned = PlannedRound(label=label, tick=state.tick, kind=kind)
             ids = [f"{label}-{role}" for role, _ in sets]
-            self.book.once("intent", f"audit:{label}", IntentRecord(action="audit", key=label,
-                           detail={"audit_ids": ids, "tick": planned.tick, "arm": arm}))
-            self.state.tick += len(sets)
-            self.state.planned = planned
-            self.save()
+            self.journal.book.once(Keys.intent("audit", label), IntentRecord(
+                action="audit", key=label, arm=arm, audit_ids=ids, tick=planned.tick))
+            state.tick += len(sets)
+            state.planned = planned
+            self.journal.save()
         reqs = [self._request(label, role, ps, planned.tick) for role, ps in sets]
         todo = [r for r in reqs if not (r.audit_dir / RESULT_FILE).exists()]
         crashpoint("audit.before_launch")
         if todo:
-            self._recover([(r.audit_id, r.audit_dir) for r in todo])
-            self.cfg.before_audits()
-            try:
-                fresh = measure.run_audits(todo, self.ctx, self.backend)
-            except AuditStateUnknown as ex:
-                raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
-            for res in fresh:
-                crashpoint("audit.before_result")
-                atomic_write_bytes(self.cfg.run_dir / "audits" / res.audit_id / RESULT_FILE,
-                                   res.model_dump_json().encode())
+            self._launch(todo)
         crashpoint("audit.before_record")
         results = [AuditResult.model_validate_json((r.audit_dir / RESULT_FILE).read_bytes()) for r in reqs]
         for (role, ps), res in zip(sets, results, strict=True):
             self._record_audit(arm, label, role, ps, planned.tick, res)
             crashpoint("audit.between_records")
-        self.save()
+        self.journal.save()
         return results
 
-    def _recover(self, audits: list[tuple[str, Path]]) -> None:
+    def _launch(self, todo: list[AuditRequest]) -> None:
+        self.recover([(r.audit_id, r.audit_dir) for r in todo])
+        self.guards.before_audits()
+        try:
+            fresh = measure.run_audits(todo, self.ctx, self.backend)
+        except AuditStateUnknown as ex:
+            raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
+        for res in fresh:
+            crashpoint("audit.before_result")
+            atomic_write_bytes(self.journal.run_dir / "audits" / res.audit_id / RESULT_FILE,
+                               res.model_dump_json().encode())
+
+    def run_pair(self, arm: str, label: str, kind: RoundKind, cand: PolicySet, champ: PolicySet,
+                 mutation_id: str | None = None) -> RoundStat | None:
+        """One concurrent candidate/champion round; None when either audit is a gap."""
+        a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)])
+        crashpoint("round.before_record")
+        if not (a.ok and b.ok):
+            self.journal.book.once(Keys.round(label), RoundRecord(
+                arm=arm, round=label, kind=kind, mutation_id=mutation_id, diff={}, n_seeds={},
+                gap_reason=a.gap_reason or b.gap_reason))
+            self._note_gap(arm)
+            return None
+        stat = fitness.paired_round(
+            fitness.score_matrix(a.scores, self.ctx.seed_ids, self.ctx.dimensions),
+            fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
+            self.ctx.dimensions, self.ctx.contract.promotion.min_seed_coverage,
+        )
+        state = self.journal.state
+        state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
+        return stat.labelled(label)
+
+    def recover(self, audits: list[tuple[str, Path]]) -> None:
         """Before touching audits a crash interrupted, find out what they did and record it.
 
         A still-running audit is awaited (up to its timeout); one that cannot be established
         halts the run with an explicit "unknown" instead of a guess.
         """
-        timeout = self.contract.measurement.audit_timeout_s
+        timeout = self.ctx.contract.measurement.audit_timeout_s
         for audit_id, audit_dir in audits:
             try:
                 status = attempts.await_attempt(audit_dir, timeout)
@@ -103,68 +188,46 @@ class AuditRounds:
             if status.state == "new":
                 continue
             action = RECOVERY_ACTIONS[status.state]
-            self.book.once("recovery", f"audit:{audit_id}:{status.attempt}", RecoveryRecord(
+            self.journal.book.once(Keys.recovery(audit_id, status.attempt), RecoveryRecord(
                 audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail,
                 action=action))
-            self.emit(f"  recovery: {audit_id}: {status.detail}; {action}")
+            self.journal.emit(f"  recovery: {audit_id}: {status.detail}; {action}")
 
-    def _resuming(self, label: str) -> bool:
-        """Whether `label` is the planned round: its audits were budgeted when it was planned."""
-        return self.state.planned is not None and self.state.planned.label == label
+    def anchor(self) -> None:
+        self.guards.anchor()
 
-    def round_consumed(self) -> None:
-        """Forget the planned round once its outcome is in the state (saved by the caller).
-
-        Until then a resumed run re-derives the same round from its stored audit results
-        instead of planning (and paying for) a new one.
-        """
-        self.state.planned = None
+    # ---- recording -----------------------------------------------------------------------
 
     def _request(self, label: str, role: str, ps: PolicySet, tick: int) -> AuditRequest:
         audit_id = f"{label}-{role}"
-        return AuditRequest(audit_id=audit_id, audit_dir=self.cfg.run_dir / "audits" / audit_id,
+        return AuditRequest(audit_id=audit_id, audit_dir=self.journal.run_dir / "audits" / audit_id,
                             policy_dir=self.store.set_dir(ps), policy_hashes=ps.hashes,
                             tick=tick, pair_key=label)
 
-    def _record_audit(self, arm, label, role, ps, tick, res: AuditResult) -> None:
+    def _record_audit(self, arm: str, label: str, role: str, ps: PolicySet, tick: int,
+                      res: AuditResult) -> None:
         rec = AuditRecord(
             audit_id=res.audit_id, arm=arm, round=label, role=role, policy_set=ps.set_id, tick=tick,
             status=res.status, gap_reason=res.gap_reason, scores=res.scores, missing=res.missing,
             sample_counts=res.sample_counts, loaded_policy_hashes=res.loaded_policy_hashes,
-            usage=res.usage.model_dump(), wall_s=res.wall_s, backend=res.backend,
+            usage=res.usage, wall_s=res.wall_s, backend=res.backend,
             simulated=res.simulated, log_path=res.log_path, diagnostics=res.diagnostics,
         )
-        if self.book.once("audit", res.audit_id, rec) is not None:
-            self.state.audits += 1
-            self.state.usd += res.usage.usd
-            if arm in self.state.arms:
-                self.state.arms[arm].audits += 1
-            if not res.ok:
-                self.state.gaps += 1
-                self.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
-
-    def paired_round(self, arm: str, label: str, kind: str, cand: PolicySet, champ: PolicySet,
-                     mutation_id: str | None = None) -> RoundStat | None:
-        """One concurrent candidate/champion round; None when either audit is a gap."""
-        a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], mutation_id)
-        crashpoint("round.before_record")
-        if not (a.ok and b.ok):
-            self._note_gap(arm)
-            self.book.once("round", label, RoundRecord(arm=arm, round=label, kind=kind,
-                           mutation_id=mutation_id, diff={}, n_seeds={},
-                           decision={"verdict": "gap", "reason": a.gap_reason or b.gap_reason}))
-            return None
-        stat = fitness.paired_round(
-            fitness.score_matrix(a.scores, self.ctx.seed_ids, self.ctx.dimensions),
-            fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
-            self.ctx.dimensions, self.promotion.min_seed_coverage,
-        )
-        self.state.consecutive_gaps = {**self.state.consecutive_gaps, arm: 0}
-        return stat.labelled(label)
+        if self.journal.book.once(Keys.audit(res.audit_id), rec) is None:
+            return
+        state = self.journal.state
+        state.audits += 1
+        state.usd += res.usage.usd
+        if arm in state.arms:
+            state.arms[arm].audits += 1
+        if not res.ok:
+            state.gaps += 1
+            self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
 
     def _note_gap(self, arm: str) -> None:
-        gaps = self.state.consecutive_gaps.get(arm, 0) + 1
-        self.state.consecutive_gaps = {**self.state.consecutive_gaps, arm: gaps}
-        if gaps >= self.contract.stop.max_consecutive_gaps:
+        state = self.journal.state
+        gaps = state.consecutive_gaps.get(arm, 0) + 1
+        state.consecutive_gaps = {**state.consecutive_gaps, arm: gaps}
+        if gaps >= self.ctx.contract.stop.max_consecutive_gaps:
             raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; "
                        "see the gap reasons in the ledger")

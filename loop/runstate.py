@@ -1,7 +1,9 @@
 """The one persisted object of a run, written atomically after every change.
 
 Everything the loop needs to resume after a crash is here or derivable from the ledger and
-the audit directories; nothing lives only in memory.
+the audit directories; nothing lives only in memory. Every field is typed: the pending
+mutation is a `Mutation`, a decision a `GateDecision`, the noise pool and the error budget
+their own models.
 
     state = RunState.load(run_dir)      # None for a new run
     state.save(run_dir)
@@ -10,43 +12,46 @@ the audit directories; nothing lives only in memory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fitness import RoundStat
+from gate import GateDecision
+from loop.errors import Halt
 from loop.fsutil import atomic_write_bytes
+from loop.judges import JudgeState, Trial
+from loop.mutation import Mutation
 from loop.policystore import PolicySet
 
 STATE_FILE = "state.json"
+PHASES = ("preflight", "baseline", "never", "random", "gate", "final", "done")
 Phase = Literal["preflight", "baseline", "never", "random", "gate", "final", "done", "halted"]
-Stage = Literal["proposed", "applied", "screen", "confirm", "decided", "closed"]
+CandidateStage = Literal["proposed", "applied", "decided"]
+RoundKind = Literal["baseline", "aa", "screen", "confirm", "random", "final", "certify", "replicate"]
 
 
 class PlannedRound(BaseModel):
-    """A paired round whose audit ids and clock tick were fixed before it ran."""
+    """A round whose audit ids and clock tick were fixed before it ran."""
 
     label: str
     tick: int
-    kind: Literal["baseline", "aa", "screen", "confirm", "random", "final", "replicate"]
+    kind: RoundKind
 
 
 class Pending(BaseModel):
     """The candidate an arm is working on; resumable at every stage."""
 
     index: int
-    mutation: dict[str, Any]
+    mutation: Mutation
     parent: PolicySet
     candidate: PolicySet
-    stage: Stage = "proposed"
-    alpha: float | None = None
-    noise: dict[str, Any] | None = None
-    screen: RoundStat | None = None
-    confirm: list[RoundStat] = []
+    stage: CandidateStage = "proposed"
+    trial: Trial = Trial()
     verdict: Literal["keep", "revert"] | None = None
     reason: str | None = None
-    decision: dict[str, Any] | None = None
-    round_no: int = 0
+    decision: GateDecision | None = None
+    round_no: int = 0  # paired rounds started for this candidate (gaps included): label numbers
 
 
 class ArmState(BaseModel):
@@ -56,6 +61,7 @@ class ArmState(BaseModel):
     candidates: int = 0
     keeps: int = 0
     reverts: int = 0
+    proposer_gaps: int = 0
     done: bool = False
     stop_reason: str | None = None
     pending: Pending | None = None
@@ -69,6 +75,8 @@ class RunState(BaseModel):
     contract_hash: str
     measurement_hash: str
     origin: PolicySet
+    replicate_k: int  # confirmation rounds per candidate: fixed for the run's life
+    shared: JudgeState  # the noise pool and the run's error budget
     phase: Phase = "preflight"
     tick: int = 0
     audits: int = 0
@@ -78,8 +86,6 @@ class RunState(BaseModel):
     planned: PlannedRound | None = None
     baseline: list[str] = []
     aa_rounds: list[RoundStat] = []
-    noise_pool: dict[str, Any] = {}
-    error_budget: dict[str, Any] = {}
     arms: dict[str, ArmState] = {}
     consecutive_gaps: dict[str, int] = {}
     halt_reason: str | None = None
@@ -90,7 +96,17 @@ class RunState(BaseModel):
         path = Path(run_dir) / STATE_FILE
         if not path.exists():
             return None
-        return cls.model_validate_json(path.read_bytes())
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except ValidationError as ex:
+            raise Halt(f"{path} does not hold a run state this version can read "
+                       f"({ex.error_count()} errors); start a new run with --new") from None
 
     def save(self, run_dir: Path) -> None:
         atomic_write_bytes(Path(run_dir) / STATE_FILE, self.model_dump_json(indent=1).encode())
+
+    def phase_done(self, phase: str) -> bool:
+        """Whether `phase` lies behind the run (a finished or halted run has no phase left)."""
+        if self.phase in ("done", "halted"):
+            return True
+        return PHASES.index(phase) < PHASES.index(self.phase)

@@ -72,7 +72,7 @@ def keys(tmp_path_factory) -> dict[str, object]:
 
 def _ledger(tmp_path: Path, n: int) -> tuple[Path, Ledger]:
     path = tmp_path / "runs" / "r1" / "ledger.jsonl"
-    led = Ledger(path)
+    led = Ledger(path, offline=True, simulated=True)
     for i in range(n):
         led.append("verdict", {"i": i}, run_id="r1")
     return path, led

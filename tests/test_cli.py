@@ -56,7 +56,7 @@ def test_check_and_dry_run_spend_nothing(workspace, in_dir) -> None:
     in_dir(shrink(workspace))
     assert invoke("check").exit_code == 0
     result = invoke("run", "--dry-run")
-    assert result.exit_code == 0 and "worst-case cost: $0" in result.output
+    assert result.exit_code == 0 and "worst-case cost at the audit limit: $0.00" in result.output
     assert not (workspace / "state" / "runs").exists()
 
 

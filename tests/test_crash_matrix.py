@@ -31,6 +31,7 @@ from loop import attempts
 from loop.checkpoint import verify_run_ledger
 from loop.faults import CRASH_ENV, CRASH_POINTS
 from loop.policyrefs import candidate_ref, champion_ref
+from loop.records import Keys
 from loop.runstate import RunState
 from tests.conftest import REPO, edit_contract
 
@@ -177,7 +178,7 @@ def check_run(root: Path, reference: dict, view_before: dict[str, str]) -> dict:
     audit_ids = [r.payload["audit_id"] for r in recs if r.type == "audit"]
     assert len(audit_ids) == len(set(audit_ids)), "an audit was recorded twice"
     planned = {a for r in recs if r.type == "intent" and r.payload["action"] == "audit"
-               for a in r.payload["detail"]["audit_ids"]}
+               for a in r.payload["audit_ids"]}
     on_disk = {p.name for p in (rdir / "audits").iterdir()}
     assert set(audit_ids) == planned == on_disk
     probes = sum(1 for r in recs if r.type == "probe")
@@ -213,21 +214,21 @@ def check_intents_precede_effects(recs: list) -> None:
     intents: set[tuple[str, str]] = set()
     for r in recs:
         if r.type == "intent" and r.payload["action"] == "audit":
-            intents.update(("audit", a) for a in r.payload["detail"]["audit_ids"])
+            intents.update(("audit", a) for a in r.payload["audit_ids"])
         elif r.type == "intent":
             intents.add((r.payload["action"], r.payload["key"]))
         elif r.type == "audit":
             assert ("audit", r.payload["audit_id"]) in intents, r.payload["audit_id"]
         elif r.type == "applied":
-            assert ("apply", r.payload["mutation_id"]) in intents
+            assert ("apply", Keys.candidate(r.payload["arm"], r.payload["mutation_id"])) in intents
         elif r.type in ("promote", "revert"):
-            assert (r.type, r.payload["mutation_id"]) in intents
+            assert (r.type, Keys.candidate(r.payload["arm"], r.payload["mutation_id"])) in intents
 
 
 def check_refs(root: Path, rdir: Path, state: RunState, recs: list) -> None:
     """Every candidate's ref holds its stored policy bytes; champion refs hold the champions."""
     for r in (r for r in recs if r.type == "verdict"):
-        tree = set_bytes_in_git(root, candidate_ref(state.run_id, r.payload["mutation_id"]))
+        tree = set_bytes_in_git(root, candidate_ref(state.run_id, r.payload["arm"], r.payload["mutation_id"]))
         assert tree == set_bytes_on_disk(rdir, r.payload["candidate_set"])
     for arm in ("random", "gate"):
         tree = set_bytes_in_git(root, champion_ref(state.run_id, arm))
@@ -340,6 +341,6 @@ def test_user_repo_untouched_and_refs_hold_the_policy_bytes(clean, reference: di
     keeps = [r.payload for r in ledger.read_records(rdir / "ledger.jsonl") if r.type == "promote"]
     assert keeps and all(k["commit"] for k in keeps)
     for k in keeps:  # the ledger names the commit that holds the kept candidate
-        assert git(root, "rev-parse", candidate_ref(state.run_id, k["mutation_id"])).strip() == k["commit"]
+        assert git(root, "rev-parse", candidate_ref(state.run_id, k["arm"], k["mutation_id"])).strip() == k["commit"]
     lineage = git(root, "rev-list", "--first-parent", champion_ref(state.run_id, "random")).split()
     assert len(lineage) == state.arms["random"].keeps + 1  # the KEEPs back to the origin

@@ -246,5 +246,5 @@ def test_verify_never_crashes_on_garbage(data: bytes) -> None:
 def test_ledger_refuses_hostile_run_ids(tmp_path: Path) -> None:
     for bad in ("../../etc", "/abs", "a/b", "a\x00b", "x" * 200, "r\u202e1", ".hidden", "-flag"):
         with pytest.raises(LedgerError, match="run id"):
-            ledger.Ledger(tmp_path / "l.jsonl").append("stop", {}, run_id=bad)
+            ledger.Ledger(tmp_path / "l.jsonl", offline=True, simulated=True).append("stop", {}, run_id=bad)
     assert not (tmp_path / "l.jsonl").exists()

@@ -16,7 +16,7 @@ from ledger import GENESIS, Ledger, LedgerError, read_records, verify_file
 
 
 def _fill(path: Path, n: int, run_id: str = "r1") -> Ledger:
-    led = Ledger(path)
+    led = Ledger(path, offline=True, simulated=True)
     for i in range(n):
         led.append("audit", {"i": i, "scores": {"a": 1.5}}, run_id=run_id)
     return led
@@ -53,9 +53,9 @@ def test_torn_tail_is_reported_kept_aside_cut_and_recorded(tmp_path: Path) -> No
     assert report.records == 3 and report.size == len(intact)
     assert len(list(read_records(path))) == 3  # readers see the complete records only
 
-    rec = Ledger(path).append("stop", {"reason": "after crash"}, run_id="r1")
+    rec = Ledger(path, offline=True, simulated=True).append("stop", {"reason": "after crash"}, run_id="r1")
     recs = list(read_records(path))
-    assert [r.type for r in recs[-2:]] == ["recovery", "stop"]
+    assert [r.type for r in recs[-2:]] == ["repair", "stop"]
     recovery = recs[-2].payload
     aside = tmp_path / recovery["kept_at"]
     assert aside.read_bytes() == torn
@@ -68,8 +68,8 @@ def test_torn_tail_is_reported_kept_aside_cut_and_recorded(tmp_path: Path) -> No
 def test_torn_tail_on_an_empty_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     path.write_bytes(b'{"seq":0,"pr')
-    Ledger(path).append("stop", {}, run_id="r1")
-    assert [r.type for r in read_records(path)] == ["recovery", "stop"]
+    Ledger(path, offline=True, simulated=True).append("stop", {}, run_id="r1")
+    assert [r.type for r in read_records(path)] == ["repair", "stop"]
     assert verify_file(path).ok
     assert (tmp_path / "ledger.jsonl.torn-0").read_bytes() == b'{"seq":0,"pr'
 
@@ -79,7 +79,7 @@ def test_second_torn_tail_gets_its_own_file(tmp_path: Path) -> None:
     for garbage in (b"first", b"second"):
         with open(path, "ab") as fh:
             fh.write(garbage)
-        Ledger(path).append("stop", {}, run_id="r1")
+        Ledger(path, offline=True, simulated=True).append("stop", {}, run_id="r1")
     assert (tmp_path / "ledger.jsonl.torn-0").read_bytes() == b"first"
     assert (tmp_path / "ledger.jsonl.torn-1").read_bytes() == b"second"
     assert verify_file(path).ok
@@ -172,7 +172,7 @@ def test_unreadable_last_record_stops_appends(tmp_path: Path) -> None:
     with open(path, "ab") as fh:
         fh.write(b"not json at all\n")
     with pytest.raises(LedgerError, match="sil ledger verify"):
-        Ledger(path).append("stop", {}, run_id="r1")
+        Ledger(path, offline=True, simulated=True).append("stop", {}, run_id="r1")
 
 
 @pytest.mark.parametrize("edit", ["reorder_keys", "add_space", "unknown_type"])

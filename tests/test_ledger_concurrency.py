@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from ledger import Ledger
 path, writer, count, big = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-led = Ledger(path)
+led = Ledger(path, offline=True, simulated=True)
 for i in range(count):
     pad = "x" * (big if i % 7 == 0 else 10)
     led.append("audit", {"writer": writer, "i": i, "pad": pad}, run_id="r1")
@@ -34,7 +34,7 @@ from pathlib import Path
 from ledger import Ledger
 path, seed = Path(sys.argv[1]), int(sys.argv[2])
 rng = random.Random(seed)
-led = Ledger(path)
+led = Ledger(path, offline=True, simulated=True)
 while True:
     rec = led.append("audit", {"pad": "y" * rng.choice([10, 500, 5_000, 100_000])}, run_id="r1")
     print(rec.seq, rec.hash, flush=True)

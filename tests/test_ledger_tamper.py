@@ -112,7 +112,7 @@ def anchored(tmp_path_factory) -> dict[str, object]:
     out = {"repo": repo}
     for run_id, cover in (("full", N), ("partial", COVERED)):
         path = root / run_id / "ledger.jsonl"
-        led = Ledger(path)
+        led = Ledger(path, offline=True, simulated=True)
         for i in range(N):
             led.append("verdict", {"i": i, "verdict": "revert"}, run_id=run_id)
             if i + 1 == cover:

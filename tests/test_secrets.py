@@ -72,7 +72,7 @@ def test_canary_never_persists(workspace: Path, canaries: dict[str, str]) -> Non
 
     results = run_audits(_requests(workspace, 3), ctx, make_backend(ctx.contract.backend))
     assert [r.status for r in results] == ["ok", "ok", "ok"], [r.gap_reason for r in results]
-    led = Ledger(workspace / "state" / "runs" / "r1" / "ledger.jsonl")
+    led = Ledger(workspace / "state" / "runs" / "r1" / "ledger.jsonl", offline=True, simulated=True)
     led.append("contract", contract.model_dump(mode="json"), run_id="r1")
     for result in results:
         led.append("audit", result, run_id="r1")

@@ -12,7 +12,8 @@ import ledger
 from loop.contract import load_contract
 from loop.runstate import RunState
 from tests.conftest import edit_contract
-from train import RunConfig, Runner
+from loop.context import RunContext
+from train import RunConfig, open_run, run_phases
 
 SMALL = {
     "max_audits: 400": "max_audits: 44",
@@ -41,7 +42,7 @@ def small(workspace: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Runner:
+def finished(tmp_path_factory) -> RunContext:
     """One completed small run shared by the read-only tests below."""
     import shutil
 
@@ -54,7 +55,7 @@ def finished(tmp_path_factory) -> Runner:
     return run_loop(shrink(root))
 
 
-def run_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> Runner:
+def open_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> RunContext:
     contract = root / "program.md"
     for key, value in sim.items():
         text = contract.read_text()
@@ -62,20 +63,24 @@ def run_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> Runner:
     loaded = load_contract(contract)
     cfg = RunConfig(repo_root=root, run_dir=root / "state" / "runs" / run_id,
                     policy_dir=root / "state" / "policies", on_event=on_event or (lambda s: None))
-    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
-    runner.run()
-    return runner
+    return open_run(loaded, cfg, measurement_hash="m" * 64)
 
 
-def records(runner: Runner) -> list[ledger.Record]:
-    return list(ledger.read_records(runner.cfg.run_dir / "ledger.jsonl"))
+def run_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> RunContext:
+    rc = open_loop(root, run_id, on_event, **sim)
+    run_phases(rc)
+    return rc
+
+
+def records(rc: RunContext) -> list[ledger.Record]:
+    return list(ledger.read_records(rc.run_dir / "ledger.jsonl"))
 
 
 def test_full_run_completes_and_ledger_verifies(finished: Runner) -> None:
     runner = finished
     state = runner.state
     assert state.phase == "done", state.halt_reason
-    report = ledger.verify_file(runner.cfg.run_dir / "ledger.jsonl")
+    report = ledger.verify_file(runner.run_dir / "ledger.jsonl")
     assert report.ok, report.errors
     recs = records(runner)
     types = collections.Counter(r.type for r in recs)
@@ -134,7 +139,8 @@ def test_crashing_audits_become_gaps_not_scores(small: Path) -> None:
     gaps = [r for r in records(runner) if r.type == "audit" and r.payload["status"] == "gap"]
     assert gaps, "expected some simulated crashes"
     assert all(r.payload["scores"] == {} for r in gaps)
-    assert runner.state.gaps == len(gaps)
+    probe_gaps = [r for r in records(runner) if r.type == "probe" and r.payload["audit_gap_reason"]]
+    assert runner.state.gaps == len(gaps) + len(probe_gaps)  # a preflight gap is a gap too
 
 
 def test_resume_after_interrupt_repeats_no_audit(small: Path) -> None:
@@ -153,84 +159,79 @@ def test_resume_after_interrupt_repeats_no_audit(small: Path) -> None:
     ids = [r.payload["audit_id"] for r in recs if r.type == "audit"]
     probes = sum(1 for r in recs if r.type == "probe")
     assert len(ids) == len(set(ids)) == runner.state.audits - probes
-    assert ledger.verify_file(runner.cfg.run_dir / "ledger.jsonl").ok
-    on_disk = {p.name for p in (runner.cfg.run_dir / "audits").iterdir()}
+    assert ledger.verify_file(runner.run_dir / "ledger.jsonl").ok
+    on_disk = {p.name for p in (runner.run_dir / "audits").iterdir()}
     assert on_disk == set(ids)
 
 
 def test_usd_budget_stops_before_it_could_be_exceeded(small: Path) -> None:
-    loaded = load_contract(small / "program.md")
-    cfg = RunConfig(repo_root=small, run_dir=small / "state" / "runs" / "usd",
-                    policy_dir=small / "state" / "policies", on_event=lambda s: None)
-    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
-    runner.contract = runner.contract.model_copy(update={
-        "budget": runner.contract.budget.model_copy(update={"max_usd": 1.0})})
-    runner.audit_cost_bound = 0.3
-    runner.state.usd = 0.35
-    assert runner.budget_left("gate", 2) is None          # 0.35 + 0.6 <= 1.0
-    runner.state.usd = 0.45
-    assert "USD budget" in runner.budget_left("gate", 2)  # 0.45 + 0.6 > 1.0: do not start
+    edit_contract(small / "program.md", "max_usd: 0", "max_usd: 1.0")
+    rc = open_loop(small, "usd")
+    rc.rounds.cost_bound = 0.3
+    rc.state.usd = 0.35
+    assert rc.rounds.budget_left("gate", 2) is None          # 0.35 + 0.6 <= 1.0
+    rc.state.usd = 0.45
+    assert "USD budget" in rc.rounds.budget_left("gate", 2)  # 0.45 + 0.6 > 1.0: do not start
+    assert "USD budget" in rc.rounds.usd_left(0.6)           # a mutator call is held to it too
+
+
+def _gate_arm(rc: RunContext):
+    from loop.arms import CandidateArm, arm_state
+    from loop.judges import GateJudge
+    from loop.proposers import make_proposer
+
+    arm = arm_state(rc, "gate")
+    rc.store.init_working("gate", arm.champion)
+    return CandidateArm(rc, "gate", GateJudge(rc.promotion), make_proposer(rc.loaded)), arm
 
 
 def test_gate_keep_without_a_passing_confirmation_is_never_promoted(small: Path) -> None:
     """A KEEP verdict alone (e.g. a forged or corrupted state) cannot make a champion."""
     import gate as gates
-    from loop.mutation import Mutation
+    from loop.errors import Halt
+    from loop.judges import Outcome
 
-    loaded = load_contract(small / "program.md")
-    cfg = RunConfig(repo_root=small, run_dir=small / "state" / "runs" / "forged",
-                    policy_dir=small / "state" / "policies", on_event=lambda s: None)
-    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
-    from loop.runstate import ArmState
-
-    arm = runner.state.arms.setdefault("gate", ArmState(arm="gate", champion=runner.state.origin))
-    runner.store.init_working("gate", arm.champion)
-    assert runner.propose(arm)
-    mutation = Mutation.model_validate(arm.pending.mutation)
-    runner.apply(arm, mutation)
+    rc = open_loop(small, "forged")
+    gate_arm, arm = _gate_arm(rc)
+    gate_arm.propose(arm)
+    gate_arm.apply(arm)
     screen_only = gates.GateDecision(verdict="keep", stage="screen", look=1, reason="forged",
                                      legs=[], alpha=0.01)
-    runner.decide(arm, "keep", "forged", screen_only)
-    with pytest.raises(Exception, match="refusing to promote"):
-        runner.settle(arm, mutation)
-    assert runner.state.arms["gate"].champion == runner.state.origin
+    gate_arm.decide(arm, Outcome(verdict="keep", reason="forged", kind="screen", decision=screen_only))
+    with pytest.raises(Halt, match="refusing to promote"):
+        gate_arm.settle(arm)
+    assert rc.state.arms["gate"].champion == rc.state.origin
 
 
 @pytest.mark.parametrize("certified", [True, False])
 def test_gate_champion_is_certified_or_rolled_back(small: Path, monkeypatch, certified: bool) -> None:
     """With certify_rounds, the gate's champion keeps its place only if certification passes."""
     import gate as gates
-    from loop.mutation import Mutation
-    from loop.runstate import ArmState
+    from loop import certify
+    from loop.arms import NeverArm
 
     edit_contract(small / "program.md", "certify_rounds: 1", "certify_rounds: 2")
-    loaded = load_contract(small / "program.md")
-    cfg = RunConfig(repo_root=small, run_dir=small / "state" / "runs" / "cert",
-                    policy_dir=small / "state" / "policies", on_event=lambda s: None)
-    runner = Runner(loaded, cfg, measurement_hash="m" * 64)
-    runner.never_arm()
-    arm = runner.state.arms.setdefault("gate", ArmState(arm="gate", champion=runner.state.origin))
-    runner.store.init_working("gate", arm.champion)
-    assert runner.propose(arm)
-    runner.apply(arm, Mutation.model_validate(arm.pending.mutation))
+    rc = open_loop(small, "cert")
+    NeverArm(rc).run()
+    gate_arm, arm = _gate_arm(rc)
+    gate_arm.propose(arm)
+    gate_arm.apply(arm)
     candidate = arm.pending.candidate
     arm.champion, arm.pending = candidate, None  # as if the gate had kept it
 
-    class Fixed:
-        def confirm(self, rounds, horizon=None):
-            verdict = "keep" if certified else "revert"
-            return gates.GateDecision(verdict=verdict, stage="certify", look=len(rounds), reason="test", legs=[],
-                                      alpha=0.05)
+    def fixed(promotion, pool, rounds, looks):
+        return gates.GateDecision(verdict="keep" if certified else "revert", stage="certify", look=len(rounds),
+                                  reason="test", legs=[], alpha=0.05)
 
-    monkeypatch.setattr(gates, "make_certify_gate", lambda *a, **k: Fixed())
-    runner.final_checks()
-    recs = records(runner)
+    monkeypatch.setattr(certify, "certify", fixed)
+    certify.final_phase(rc)
+    recs = records(rc)
     cert = [r for r in recs if r.type == "certify"]
     assert len(cert) == 1 and cert[0].payload["certified"] is certified
     if certified:
-        assert runner.state.arms["gate"].champion == candidate
+        assert rc.state.arms["gate"].champion == candidate
     else:
-        assert runner.state.arms["gate"].champion == runner.state.origin
-        surface = next(r.payload["surface"] for r in recs if r.type == "mutation")
-        assert runner.store.working_hash("gate", surface) == runner.state.origin.hashes[surface]
+        assert rc.state.arms["gate"].champion == rc.state.origin
+        surface = next(r.payload["mutation"]["surface"] for r in recs if r.type == "mutation")
+        assert rc.store.working_hash("gate", surface) == rc.state.origin.hashes[surface]
         assert any(r.type == "demote" for r in recs)

@@ -1,6 +1,6 @@
 """The end-of-run summary, built only from the run state and its ledger.
 
-    summary = build_summary(state, book.records, contract)
+    summary = build_summary(state, book.records, contract, note=backend.note)
     render(summary, console)
 """
 
@@ -12,10 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 import fitness
-import gate
 from ledger import Record
 from loop.contract import Contract
-from loop.records import SIM_NOTE
 from loop.runstate import RunState
 
 INTERVAL_LEVEL = 0.9
@@ -79,25 +77,23 @@ def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
                    worst_critical=worst, stop_reason=arm.stop_reason)
 
 
-def build_summary(state: RunState, records: list[Record], contract: Contract) -> Summary:
+def build_summary(state: RunState, records: list[Record], contract: Contract, note: str) -> Summary:
     target = contract.promotion.target_dimensions[0]
     base = next((r.payload["per_dimension_mean"].get(target) for r in records if r.type == "baseline"), None)
     never = _level(records, "never", target)
-    pool = fitness.NoisePool.model_validate(state.noise_pool) if state.noise_pool else None
-    est = pool.estimate() if pool is not None else None
+    est = state.shared.pool.estimate() if state.shared.pool.n_pairs else None
     aa = [r.diff.get(target) for r in state.aa_rounds if r.diff.get(target) is not None]
-    budget = gate.ErrorBudget.model_validate(state.error_budget) if state.error_budget else None
+    budget = state.shared.budget
     return Summary(
         run_id=state.run_id, phase=state.phase, halt_reason=state.halt_reason, backend=contract.backend,
-        note=SIM_NOTE if contract.backend == "sim" else "live audits; effects are judge-scored",
+        note=note,
         target=target, baseline_mean=base, never_mean=never,
         drift=None if base is None or never is None else never - base,
         noise_sigma=dict(est.sigma) if est else {}, noise_df=dict(est.df) if est else {},
         aa_mean_diff=float(np.mean(aa)) if aa else None,
         arms=[_arm_line(state, a, contract) for a in ("never", "random", "gate") if a in state.arms],
         audits=state.audits, gaps=state.gaps, usd=state.usd, elapsed_s=round(state.elapsed_s, 1),
-        alpha_run=contract.promotion.alpha_run, alpha_spent=budget.spent if budget else 0.0,
-        confirmations=budget.confirmations if budget else 0,
+        alpha_run=contract.promotion.alpha_run, alpha_spent=budget.spent, confirmations=budget.confirmations,
     )
 
 

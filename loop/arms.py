@@ -1,0 +1,264 @@
+"""The arms of a run: the never arm (noise floor), and candidate arms that differ only in their judge.
+
+- `NeverArm`: concurrent A/A pairs of the unchanged starting policy; it measures the noise
+  floor and the drift, and never mutates or promotes.
+- `CandidateArm`: one candidate at a time, through the stages proposed -> applied (the
+  working policy file holds it) -> decided -> settled (kept as champion, or its file
+  restored). What the candidate's rounds mean is the judge's business (loop/judges.py):
+  a seeded coin for the random arm, the sequential gate for the gate arm.
+
+Every side effect is preceded by an intent record and followed by a state save, so each
+step is idempotent and a crash anywhere resumes where it stopped.
+
+    never_phase(rc); candidate_phase(rc, "random"); candidate_phase(rc, "gate")
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gate import should_promote
+from loop.context import RunContext
+from loop.errors import Halt
+from loop.faults import crashpoint
+from loop.judges import ArmBudget, Judge, Outcome, judge_for
+from loop.mutation import MutationError, apply_mutation
+from loop.proposers import ProposalRequest, Proposer, make_proposer
+from loop.records import (
+    IntentRecord, Keys, MutationRecord, NoiseRecord, PolicyChangeRecord, RoundRecord, VerdictRecord,
+)
+from loop.runstate import ArmState, Pending
+
+ARM_ORDER = ("never", "random", "gate")  # the proposer's rng stream per arm
+
+
+def arm_state(rc: RunContext, name: str) -> ArmState:
+    """The arm's state, created (champion = the starting policy) on first use."""
+    state = rc.state
+    if name not in state.arms:
+        state.arms[name] = ArmState(arm=name, champion=state.origin)
+        rc.save()
+    return state.arms[name]
+
+
+class NeverArm:
+    """A/A pairs of the starting policy: the noise pool the gate's thresholds come from."""
+
+    def __init__(self, rc: RunContext) -> None:
+        self.rc = rc
+
+    def run(self) -> None:
+        rc, state = self.rc, self.rc.state
+        arm = arm_state(rc, "never")
+        while len(state.aa_rounds) < rc.promotion.calibration_pairs:
+            label = rc.rounds.next_label(f"never-aa{len(state.aa_rounds):03d}")
+            if not rc.rounds.resuming(label) and (why := rc.rounds.budget_left("never", 2)):
+                arm.stop_reason = why
+                break
+            stat = rc.rounds.run_pair("never", label, "aa", state.origin, state.origin)
+            rc.rounds.consumed()
+            if stat is not None:
+                state.shared.pool.add_aa(stat)
+                state.aa_rounds.append(stat)
+                rc.book.once(Keys.round(label), RoundRecord(
+                    arm="never", round=label, kind="aa", mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds))
+            rc.save()
+        est = state.shared.pool.estimate()
+        arm.stop_reason = arm.stop_reason or f"{len(state.aa_rounds)} A/A pairs measured"
+        rc.book.once(Keys.CALIBRATION, NoiseRecord(estimate=est, pairs=len(state.aa_rounds),
+                                                   source="never arm A/A pairs"))
+        arm.done = True
+        sigmas = ", ".join(f"{d}={est.sigma[d]:.2f}" for d in rc.promotion.target_dimensions if d in est.sigma)
+        rc.emit(f"never: {len(state.aa_rounds)} A/A pairs; noise sigma {sigmas}")
+
+
+class CandidateArm:
+    """One candidate at a time: propose, apply, measure until the judge decides, settle."""
+
+    def __init__(self, rc: RunContext, name: str, judge: Judge, proposer: Proposer) -> None:
+        self.rc = rc
+        self.name = name
+        self.judge = judge
+        self.proposer = proposer
+
+    def run(self) -> None:
+        rc = self.rc
+        arm = arm_state(rc, self.name)
+        rc.store.init_working(self.name, arm.champion)
+        while not arm.done:
+            if arm.pending is None:
+                if why := self.stop_reason(arm):
+                    arm.done, arm.stop_reason = True, why
+                else:
+                    self.propose(arm)
+            else:
+                self.advance(arm)
+            rc.save()
+        rc.emit(f"{self.name}: {arm.candidates} candidates, {arm.keeps} kept, {arm.audits} audits"
+                f" ({arm.stop_reason})")
+
+    def stop_reason(self, arm: ArmState) -> str | None:
+        """Why no new candidate may start: budget, error budget or the candidate limit."""
+        if arm.candidates >= self.rc.contract.stop.max_candidates_per_arm:
+            return "candidate limit reached"
+        return self.rc.rounds.budget_left(self.name, 2) or self.judge.stop_reason(self.rc.state.shared)
+
+    def advance(self, arm: ArmState) -> None:
+        assert arm.pending is not None
+        stage = arm.pending.stage
+        if stage == "proposed":
+            self.apply(arm)
+        elif stage == "applied":
+            self.measure(arm)
+        else:
+            self.settle(arm)
+
+    # ---- propose and apply ---------------------------------------------------------------
+
+    def propose(self, arm: ArmState) -> None:
+        """Ask the proposer for one candidate and store it as a policy set (no file written yet)."""
+        rc = self.rc
+        champion = rc.store.documents(arm.champion)
+        index = arm.candidates
+        tried = {m.mutation.edit_key for m in rc.book.payloads("mutation", MutationRecord)
+                 if m.arm == self.name and m.index < index}
+        rng = np.random.default_rng([rc.contract.seed, ARM_ORDER.index(self.name), index])
+        proposal = self.proposer.propose(ProposalRequest(
+            champion, tried, rng, index, rc.contract.seed, arm=self.name,
+            spend=rc.rounds.usd_left, work_dir=rc.run_dir / "mutator"))
+        mutation = proposal.mutation
+        if proposal.gap is not None:
+            self.proposer_gap(arm, proposal.gap)
+            return
+        if mutation is None:
+            arm.done, arm.stop_reason = True, "the proposer has nothing left to try"
+            return
+        arm.proposer_gaps = 0
+        try:
+            new_doc = apply_mutation(mutation, champion, rc.contract.search_space.surfaces)
+        except MutationError as ex:
+            raise Halt(f"the proposer's mutation {mutation.mutation_id} does not apply: {ex}") from None
+        candidate = rc.store.store_documents({**champion, mutation.surface: new_doc})
+        arm.pending = Pending(index=index, mutation=mutation, parent=arm.champion, candidate=candidate)
+        arm.candidates += 1
+        crashpoint("propose.before_save")
+        rc.save()  # the mutation is recorded when applied: a proposal lost to a crash is redone
+        crashpoint("propose.after_save")
+        rc.emit(f"{self.name}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
+
+    def proposer_gap(self, arm: ArmState, reason: str) -> None:
+        """The proposer tried and produced nothing usable; a run of such gaps halts the run."""
+        arm.proposer_gaps += 1
+        self.rc.emit(f"  {self.name}: proposer gap: {reason}")
+        if arm.proposer_gaps >= self.rc.contract.stop.max_consecutive_gaps:
+            raise Halt(f"{arm.proposer_gaps} consecutive proposer gaps in the {self.name} arm: {reason}")
+
+    def apply(self, arm: ArmState) -> None:
+        """Write the candidate's surface into the arm's working policy files."""
+        rc, p = self.rc, arm.pending
+        assert p is not None
+        m = p.mutation
+        key = Keys.candidate(self.name, m.mutation_id)
+        rc.book.once(key, MutationRecord(arm=self.name, index=p.index, mutation=m, candidate_set=p.candidate.set_id,
+                                         parent_set=p.parent.set_id, value_hash=m.edit_key[2]))
+        crashpoint("apply.before_intent")
+        rc.book.once(Keys.intent("apply", key), IntentRecord(action="apply", key=key, arm=self.name,
+                                                             surface=m.surface))
+        crashpoint("apply.before_write")
+        rc.store.write_surface(self.name, m.surface, p.candidate, expect_current=p.parent.hashes[m.surface])
+        crashpoint("apply.before_record")
+        rc.book.once(key, PolicyChangeRecord(
+            arm=self.name, mutation_id=m.mutation_id, surface=m.surface, from_hash=p.parent.hashes[m.surface],
+            to_hash=p.candidate.hashes[m.surface], policy_set=p.candidate.set_id), "applied")
+        p.stage = "applied"
+        crashpoint("apply.before_save")
+
+    # ---- measure and decide --------------------------------------------------------------
+
+    def measure(self, arm: ArmState) -> None:
+        """One paired round of candidate vs champion, judged."""
+        rc, p = self.rc, arm.pending
+        assert p is not None
+        label = rc.rounds.next_label(f"{self.name}-c{p.index:03d}-r{p.round_no:02d}")
+        if not rc.rounds.resuming(label) and (why := rc.rounds.budget_left(self.name, 2)):
+            kind = self.judge.next_kind(p.trial)
+            self.decide(arm, Outcome(verdict="revert", reason=f"stopped before a decision: {why}", kind=kind))
+            return
+        kind = self.judge.next_kind(p.trial)
+        stat = rc.rounds.run_pair(self.name, label, kind, p.candidate, p.parent, p.mutation.mutation_id)
+        rc.rounds.consumed()
+        p.round_no += 1
+        if stat is None:
+            return
+        budget = ArmBudget(audits_left=rc.rounds.audits_left(self.name), audits_spent=arm.audits)
+        p.trial, outcome = self.judge.judge(p.trial, stat, rc.state.shared, budget, p.index)
+        rc.book.once(Keys.round(label), RoundRecord(
+            arm=self.name, round=label, kind=outcome.kind, mutation_id=p.mutation.mutation_id, diff=stat.diff,
+            n_seeds=stat.n_seeds, decision=outcome.decision, coin=outcome.coin))
+        if outcome.kind == "confirm":
+            rc.emit(f"  {label}: {outcome.verdict} ({outcome.reason})")
+        if outcome.verdict != "continue":
+            self.decide(arm, outcome)
+
+    def decide(self, arm: ArmState, outcome: Outcome) -> None:
+        """Record the verdict and account it in the run's error budget and noise pool."""
+        rc, p = self.rc, arm.pending
+        assert p is not None and outcome.verdict in ("keep", "revert")
+        p.verdict = "keep" if outcome.verdict == "keep" else "revert"
+        p.reason, p.decision, p.stage = outcome.reason, outcome.decision, "decided"
+        rc.state.shared = self.judge.close(p.trial, p.verdict, rc.state.shared)
+        spends = p.trial.alpha is not None
+        rc.book.once(Keys.candidate(self.name, p.mutation.mutation_id), VerdictRecord(
+            arm=self.name, mutation_id=p.mutation.mutation_id, verdict=p.verdict, reason=outcome.reason,
+            candidate_set=p.candidate.set_id, parent_set=p.parent.set_id, rounds=p.trial.rounds,
+            alpha=p.trial.alpha, error_budget=rc.state.shared.budget if spends else None,
+            decision=outcome.decision))
+        crashpoint("verdict.before_save")
+        rc.save()
+        crashpoint("verdict.before_anchor")
+        rc.rounds.anchor()
+        rc.emit(f"  {self.name} {p.mutation.mutation_id}: {p.verdict.upper()} — {outcome.reason}")
+
+    # ---- settle --------------------------------------------------------------------------
+
+    def settle(self, arm: ArmState) -> None:
+        """Carry out a recorded verdict: the candidate becomes champion, or its file is restored."""
+        rc, p = self.rc, arm.pending
+        assert p is not None and p.verdict is not None
+        m = p.mutation
+        key = Keys.candidate(self.name, m.mutation_id)
+        keep = p.verdict == "keep"
+        crashpoint("settle.before_intent")
+        if keep and self.name == "gate" and (p.decision is None or not should_promote(p.decision)):
+            raise Halt(f"refusing to promote {m.mutation_id}: its KEEP does not come from a confirmation "
+                       "in which every leg crossed its boundary")
+        rc.book.once(Keys.intent("promote" if keep else "revert", key),
+                     IntentRecord(action="promote" if keep else "revert", key=key, arm=self.name))
+        crashpoint("settle.before_write")
+        if not keep:  # a KEEP's working file already holds the candidate
+            rc.store.write_surface(self.name, m.surface, p.parent, expect_current=p.candidate.hashes[m.surface])
+        crashpoint("settle.before_refs")
+        commit, arm.champion_commit = rc.refs.record_verdict(
+            self.name, m.mutation_id, p.candidate, rc.state.origin, arm.champion_commit, keep,
+            f"candidate {p.index} {m.surface}.{m.path}: {p.verdict.upper()}",
+            (rc.record_time("contract", Keys.RUN), rc.record_time("verdict", key)))
+        crashpoint("settle.before_record")
+        new, old = (p.candidate, p.parent) if keep else (p.parent, p.candidate)
+        rc.book.once(key, PolicyChangeRecord(
+            arm=self.name, mutation_id=m.mutation_id, surface=m.surface, from_hash=old.hashes[m.surface],
+            to_hash=new.hashes[m.surface], policy_set=new.set_id, commit=commit), "promote" if keep else "revert")
+        if keep:
+            arm.champion, arm.keeps = p.candidate, arm.keeps + 1
+        else:
+            arm.reverts += 1
+        arm.pending = None
+        crashpoint("settle.before_save")
+
+
+def never_phase(rc: RunContext) -> None:
+    NeverArm(rc).run()
+
+
+def candidate_phase(rc: RunContext, name: str) -> None:
+    judge = judge_for(name, rc.promotion, rc.contract.seed)
+    CandidateArm(rc, name, judge, make_proposer(rc.loaded)).run()
