@@ -79,9 +79,7 @@ class RoundStat(BaseModel):
         return self.model_copy(update={"label": label})
 
 
-def paired_round(
-    candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str], min_coverage: float
-) -> RoundStat:
+def paired_round(candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str], min_coverage: float) -> RoundStat:
     """Paired round statistic from two concurrent audits' score matrices.
 
     A dimension with fewer than `min_coverage * n_seeds` seeds scored in both arms gets
@@ -90,9 +88,7 @@ def paired_round(
     candidate = np.asarray(candidate, dtype=float)
     champion = np.asarray(champion, dtype=float)
     if candidate.shape != champion.shape or candidate.ndim != 2:
-        raise ValueError(
-            f"score matrices must both be [n_seeds, D]; got {candidate.shape} and {champion.shape}"
-        )
+        raise ValueError(f"score matrices must both be [n_seeds, D]; got {candidate.shape} and {champion.shape}")
     if candidate.shape[1] != len(dims):
         raise ValueError(f"score matrices have {candidate.shape[1]} columns for {len(dims)} dims")
     if not 0 < min_coverage <= 1:
@@ -219,9 +215,7 @@ class NoisePool(BaseModel):
                 self.se2_n[dim] = self.se2_n.get(dim, 0) + 1
 
     def estimate(self) -> NoiseEstimate:
-        sigma = {
-            d: max(math.sqrt(self.ss[d] / df), MIN_SIGMA) for d, df in self.df.items() if df >= 1
-        }
+        sigma = {d: max(math.sqrt(self.ss[d] / df), MIN_SIGMA) for d, df in self.df.items() if df >= 1}
         df = {d: self.df[d] for d in sigma}
         corr: dict[str, dict[str, float]] = {}
         for key, total in self.cross.items():
@@ -231,11 +225,7 @@ class NoisePool(BaseModel):
                 rho = float(np.clip(total / n / (sigma[a] * sigma[b]), -1.0, 1.0))
                 corr.setdefault(a, {})[b] = rho
                 corr.setdefault(b, {})[a] = rho
-        batch = {
-            d: 1.0 - (self.se2_sum[d] / self.se2_n[d]) / sigma[d] ** 2
-            for d in sigma
-            if self.se2_n.get(d)
-        }
+        batch = {d: 1.0 - (self.se2_sum[d] / self.se2_n[d]) / sigma[d] ** 2 for d in sigma if self.se2_n.get(d)}
         return NoiseEstimate(
             sigma=sigma,
             df=df,

@@ -272,15 +272,24 @@ def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = 
                 crossed_at = i
     n = len(xs)
     common = dict(
-        dim=leg.name, kind=leg.kind, n=n, estimate=total / n if n else None, null=leg.null,
-        alpha=leg.alpha, sigma=leg.sigma, df=leg.df,
+        dim=leg.name,
+        kind=leg.kind,
+        n=n,
+        estimate=total / n if n else None,
+        null=leg.null,
+        alpha=leg.alpha,
+        sigma=leg.sigma,
+        df=leg.df,
     )
     if n == 0 or not usable:
         return LegResult(statistic=None, boundary=None, passed=None, **common)
     passed = crossed_at is not None if latch else stat <= -c
     return LegResult(
-        statistic=stat, boundary=-c, passed=bool(passed),
-        crossed_at=crossed_at if latch else (len(rounds) if passed else None), **common,
+        statistic=stat,
+        boundary=-c,
+        passed=bool(passed),
+        crossed_at=crossed_at if latch else (len(rounds) if passed else None),
+        **common,
     )
 
 
@@ -327,11 +336,19 @@ class SequentialPairedGate:
         legs = [leg_result(leg, [first], self.looks) for leg in self.legs]
         if failures:
             return GateDecision(
-                verdict="revert", stage="screen", look=1, legs=legs, alpha=0.0,
+                verdict="revert",
+                stage="screen",
+                look=1,
+                legs=legs,
+                alpha=0.0,
                 reason="screen failed: " + "; ".join(failures),
             )
         return GateDecision(
-            verdict="continue", stage="screen", look=1, legs=legs, alpha=0.0,
+            verdict="continue",
+            stage="screen",
+            look=1,
+            legs=legs,
+            alpha=0.0,
             reason="screen passed; confirmation on fresh rounds",
         )
 
@@ -346,8 +363,13 @@ class SequentialPairedGate:
 
         def decide(verdict: Verdict, reason: str, diag: dict[str, float]) -> GateDecision:
             return GateDecision(
-                verdict=verdict, stage=self.stage, look=n, legs=legs, alpha=self.alpha,
-                reason=reason, diagnostics=diag,
+                verdict=verdict,
+                stage=self.stage,
+                look=n,
+                legs=legs,
+                alpha=self.alpha,
+                reason=reason,
+                diagnostics=diag,
             )
 
         if legs and all(r.passed for r in legs):
@@ -426,9 +448,9 @@ class PairedMarginGate:
     screen_critical_sd: float = 2.0
 
     def screen(self, first: RoundStat) -> GateDecision:
-        return SequentialPairedGate(
-            self.legs, self.looks, self.alpha, self.screen_sd, self.screen_critical_sd
-        ).screen(first)
+        return SequentialPairedGate(self.legs, self.looks, self.alpha, self.screen_sd, self.screen_critical_sd).screen(
+            first
+        )
 
     def confirm(self, rounds: Sequence[RoundStat], horizon: int | None = None) -> GateDecision:
         n = len(rounds)
@@ -439,17 +461,29 @@ class PairedMarginGate:
         legs = [leg_result(leg, rounds, 1, latch=False) for leg in self.legs]
         if not last:
             return GateDecision(
-                verdict="continue", stage="confirm", look=n, legs=legs, alpha=self.alpha,
+                verdict="continue",
+                stage="confirm",
+                look=n,
+                legs=legs,
+                alpha=self.alpha,
                 reason=f"fixed design: decision after {self.looks} rounds",
             )
         if all(r.passed for r in legs):
             return GateDecision(
-                verdict="keep", stage="confirm", look=n, legs=legs, alpha=self.alpha,
+                verdict="keep",
+                stage="confirm",
+                look=n,
+                legs=legs,
+                alpha=self.alpha,
                 reason=f"all {len(legs)} legs passed after {n} rounds",
             )
         failed = [r.dim for r in legs if not r.passed]
         return GateDecision(
-            verdict="revert", stage="confirm", look=n, legs=legs, alpha=self.alpha,
+            verdict="revert",
+            stage="confirm",
+            look=n,
+            legs=legs,
+            alpha=self.alpha,
             reason=f"not passed after {n} rounds: {', '.join(failed)}",
         )
 
@@ -461,7 +495,10 @@ def make_gate(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) -
     legs = tuple(build_legs(promotion, noise, alpha_target))
     if promotion.gate == "paired_margin":
         return PairedMarginGate(
-            legs, promotion.replicate_k, alpha_target, promotion.screen_sd,
+            legs,
+            promotion.replicate_k,
+            alpha_target,
+            promotion.screen_sd,
             promotion.screen_critical_sd,
         )
     rules = EarlyStops(
@@ -471,8 +508,12 @@ def make_gate(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) -
         cp_floor=promotion.cp_floor,
     )
     return SequentialPairedGate(
-        legs, promotion.replicate_k, alpha_target, promotion.screen_sd,
-        promotion.screen_critical_sd, rules,
+        legs,
+        promotion.replicate_k,
+        alpha_target,
+        promotion.screen_sd,
+        promotion.screen_critical_sd,
+        rules,
     )
 
 
@@ -488,9 +529,7 @@ def make_certify_gate(
         raise ValueError(f"certification needs at least 1 round, got {rounds}")
     level = promotion.alpha_certify if alpha is None else alpha
     legs = tuple(build_legs(promotion, noise, level))
-    return SequentialPairedGate(
-        legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify"
-    )
+    return SequentialPairedGate(legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify")
 
 
 # ---------------------------------------------------------------------------- error budget
@@ -569,12 +608,9 @@ class ErrorBudget(BaseModel):
                 raise ValueError(f"confirmation ran at alpha {alpha}, but e-LOND issued {issued}")
         elif not 0 < alpha <= self.remaining * (1 + 1e-12):
             raise ValueError(
-                f"confirmation ran at alpha {alpha}, but only {self.remaining} of the run's "
-                "error budget is left"
+                f"confirmation ran at alpha {alpha}, but only {self.remaining} of the run's error budget is left"
             )
-        return self.model_copy(
-            update={"tested": [*self.tested, float(alpha)], "kept": [*self.kept, bool(kept)]}
-        )
+        return self.model_copy(update={"tested": [*self.tested, float(alpha)], "kept": [*self.kept, bool(kept)]})
 
 
 def _grid_floor(alpha: float) -> float:
@@ -595,9 +631,7 @@ def expected_confirmations(audits_left: int, audits_spent: int, confirmations: i
     `audits_spent` = audits spent on candidates so far (screened-out ones included); the cost
     per confirmation is shrunk towards the prior while few confirmations have run.
     """
-    cost = (audits_spent + PRIOR_WEIGHT * PRIOR_AUDITS_PER_CONFIRMATION) / (
-        confirmations + PRIOR_WEIGHT
-    )
+    cost = (audits_spent + PRIOR_WEIGHT * PRIOR_AUDITS_PER_CONFIRMATION) / (confirmations + PRIOR_WEIGHT)
     return max(audits_left, 0) / cost
 
 

@@ -70,8 +70,7 @@ class VerifyReport(BaseModel):
 
 def canonical(obj: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, no spaces, UTF-8, and NaN/inf refused."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def record_hash(fields: dict[str, Any]) -> str:
@@ -80,8 +79,12 @@ def record_hash(fields: dict[str, Any]) -> str:
 
 def check_run_id(run_id: str) -> str:
     """Run ids name directories and git refs: letters, digits, '.', '_', '-' only."""
-    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or ".." in run_id \
-            or run_id.endswith((".", ".lock")):
+    if (
+        not isinstance(run_id, str)
+        or not RUN_ID_PATTERN.match(run_id)
+        or ".." in run_id
+        or run_id.endswith((".", ".lock"))
+    ):
         raise LedgerError(
             f"run id {run_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..' or a trailing '.'/'.lock'"
@@ -125,8 +128,10 @@ class Ledger:
     def append(self, type_: str, payload: BaseModel | dict[str, Any], *, run_id: str) -> Record:
         """Append one record; return it only once it is on disk (written and fsynced)."""
         if self._failed:
-            raise LedgerError(f"ledger {self.path} stopped after an earlier failure ({self._failed}); "
-                              "not retrying. Run `sil ledger verify` before resuming.")
+            raise LedgerError(
+                f"ledger {self.path} stopped after an earlier failure ({self._failed}); "
+                "not retrying. Run `sil ledger verify` before resuming."
+            )
         if type_ not in RECORD_TYPES:
             raise LedgerError(f"unknown record type {type_!r}")
         check_run_id(run_id)
@@ -184,8 +189,9 @@ class Ledger:
         except OSError as ex:
             raise LedgerError(f"cannot cut the torn tail of {self.path}: {ex}") from ex
         _fsync(fd)
-        body = RepairRecord(torn_tail_bytes=len(torn), kept_at=aside.name,
-                            torn_tail_sha256=hashlib.sha256(torn).hexdigest()).model_dump(mode="json")
+        body = RepairRecord(
+            torn_tail_bytes=len(torn), kept_at=aside.name, torn_tail_sha256=hashlib.sha256(torn).hexdigest()
+        ).model_dump(mode="json")
         record = self._make(_parse_last(fd, end), "repair", body, run_id)
         _write_line(fd, canonical(record.model_dump(mode="json")) + b"\n")
         return record
@@ -368,7 +374,7 @@ class RecordBook:
         return [_typed(parse_payload(type_, r.payload), model) for r in self.of_type(type_)]
 
 
-def _typed(payload: Payload, model: type[P]) -> P:
+def _typed[P: Payload](payload: Payload, model: type[P]) -> P:
     if not isinstance(payload, model):
         raise TypeError(f"expected a {model.__name__} payload, got {type(payload).__name__}")
     return payload

@@ -38,7 +38,7 @@ from loop.attempts import AuditStateUnknown
 from loop.contract import Contract
 from loop.faults import crashpoint
 from sil_policy import SURFACES, content_hash
-from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, Usage
+from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
@@ -179,12 +179,18 @@ def _copy_policies(req: AuditRequest) -> dict[str, Path]:
     return copies
 
 
-def _run_process(cmd: list[str], req: AuditRequest, env: dict[str, str], timeout: float,
-                 attempt: int) -> int:
+def _run_process(cmd: list[str], req: AuditRequest, env: dict[str, str], timeout: float, attempt: int) -> int:
     with open(req.audit_dir / "stdout.log", "wb") as out, open(req.audit_dir / "stderr.log", "wb") as err:
         attempts.log_launch(req.audit_dir, attempt)
-        proc = subprocess.Popen(attempts.wrap(cmd, attempt), cwd=req.audit_dir, env=env, stdout=out,
-                                stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            attempts.wrap(cmd, attempt),
+            cwd=req.audit_dir,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         crashpoint("audit.running")
         try:
             return proc.wait(timeout=timeout)
@@ -254,10 +260,18 @@ def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: f
         scores[sample.seed_id] = row
     counts = {d: len(ctx.seed_ids) - len(missing[d]) for d in ctx.dimensions}
     return AuditResult(
-        audit_id=req.audit_id, status="ok", scores=scores,
-        missing={d: s for d, s in missing.items() if s}, sample_counts=counts,
-        loaded_policy_hashes=loaded, usage=ev.usage, wall_s=round(wall, 3),
-        simulated=ev.simulated, backend=ev.backend, log_path=ev.log_path, diagnostics=diagnostics,
+        audit_id=req.audit_id,
+        status="ok",
+        scores=scores,
+        missing={d: s for d, s in missing.items() if s},
+        sample_counts=counts,
+        loaded_policy_hashes=loaded,
+        usage=ev.usage,
+        wall_s=round(wall, 3),
+        simulated=ev.simulated,
+        backend=ev.backend,
+        log_path=ev.log_path,
+        diagnostics=diagnostics,
     )
 
 
@@ -304,15 +318,19 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
         wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
         return score_evidence(req, ctx, evidence, wall)
     except GapError as gap:
-        return AuditResult(audit_id=req.audit_id, status="gap", gap_reason=str(gap),
-                           wall_s=round(time.monotonic() - start, 3), simulated=backend.simulated,
-                           backend=backend.name,
-                           usage=evidence.usage if evidence else gap.usage,
-                           log_path=evidence.log_path if evidence else gap.log_path)
+        return AuditResult(
+            audit_id=req.audit_id,
+            status="gap",
+            gap_reason=str(gap),
+            wall_s=round(time.monotonic() - start, 3),
+            simulated=backend.simulated,
+            backend=backend.name,
+            usage=evidence.usage if evidence else gap.usage,
+            log_path=evidence.log_path if evidence else gap.log_path,
+        )
 
 
-def run_audits(requests: list[AuditRequest], ctx: MeasureContext,
-               backend: AuditBackend) -> list[AuditResult]:
+def run_audits(requests: list[AuditRequest], ctx: MeasureContext, backend: AuditBackend) -> list[AuditResult]:
     """Run audits concurrently; verify the frozen measurement before and after."""
     expected = ctx.contract.measurement.manifest_hash
     _verify_measurement(ctx, expected, "before")

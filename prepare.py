@@ -69,9 +69,7 @@ def _files(root: Path) -> list[Path]:
             raise MeasurementError(f"missing folder {folder}: the seed library needs seeds/ and rubric/")
         for path in sorted(folder.iterdir()):
             if path.is_symlink() or not path.is_file() or path.suffix != ".md":
-                raise MeasurementError(
-                    f"unexpected entry {path}: seeds/ and rubric/ hold only regular .md files"
-                )
+                raise MeasurementError(f"unexpected entry {path}: seeds/ and rubric/ hold only regular .md files")
             out.append(path)
     return out
 
@@ -106,8 +104,7 @@ def verify(root: Path = MEASUREMENT_DIR, expected_hash: str | None = None) -> Ma
     actual = build_manifest(root)
     if actual.files != stored.files:
         changed = sorted(
-            k for k in stored.files.keys() | actual.files.keys()
-            if stored.files.get(k) != actual.files.get(k)
+            k for k in stored.files.keys() | actual.files.keys() if stored.files.get(k) != actual.files.get(k)
         )
         raise MeasurementError(f"measurement changed since its manifest: {', '.join(changed)}")
     if actual.manifest_hash != stored.manifest_hash:
@@ -150,11 +147,8 @@ def load_rubric(root: Path = MEASUREMENT_DIR) -> list[Dimension]:
         palette = meta.get("palette", "good-low")
         tier = meta.get("tier")
         if palette not in _PALETTE_DIRECTION or tier not in ("critical", "auxiliary", "info"):
-            raise MeasurementError(
-                f"{path}: needs palette good-low|good-high|neutral and tier critical|auxiliary|info"
-            )
-        dims.append(Dimension(path.stem, str(meta.get("description", "")), tier,
-                              _PALETTE_DIRECTION[palette], body))
+            raise MeasurementError(f"{path}: needs palette good-low|good-high|neutral and tier critical|auxiliary|info")
+        dims.append(Dimension(path.stem, str(meta.get("description", "")), tier, _PALETTE_DIRECTION[palette], body))
     if not dims:
         raise MeasurementError(f"no dimensions in {root / 'rubric'}")
     return dims

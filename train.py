@@ -122,15 +122,18 @@ def check_same_run(rc: RunContext) -> None:
     if rc.state.contract_hash != rc.contract.contract_hash:
         raise Halt("this run was started under another contract; start a new run (--new)")
     if rc.state.measurement_hash != rc.measurement_hash:
-        raise Halt("the frozen measurement (seeds, rubric, code or pinned packages) changed "
-                   "since this run started; start a new run under a new contract")
+        raise Halt(
+            "the frozen measurement (seeds, rubric, code or pinned packages) changed "
+            "since this run started; start a new run under a new contract"
+        )
 
 
 def stop(rc: RunContext, reason: str) -> None:
     rc.save()
     s = rc.state
-    rc.book.once(Keys.STOP, StopRecord(reason=reason, audits=s.audits, gaps=s.gaps, usd=s.usd,
-                                       elapsed_s=round(s.elapsed_s, 2)))
+    rc.book.once(
+        Keys.STOP, StopRecord(reason=reason, audits=s.audits, gaps=s.gaps, usd=s.usd, elapsed_s=round(s.elapsed_s, 2))
+    )
     rc.rounds.anchor()
 
 
@@ -160,23 +163,39 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
     ledger = Ledger(cfg.run_dir / "ledger.jsonl", offline=contract.offline, simulated=backend.simulated)
     stored = RunState.load(cfg.run_dir)
     if stored is not None and cfg.replicate_k is not None and cfg.replicate_k != stored.replicate_k:
-        raise Refused(f"run {cfg.run_dir.name} confirms each candidate with --replicate {stored.replicate_k}; "
-                      f"resuming it with {cfg.replicate_k} would change the design mid-candidate. Resume "
-                      "without --replicate, or start a new run with --new")
+        raise Refused(
+            f"run {cfg.run_dir.name} confirms each candidate with --replicate {stored.replicate_k}; "
+            f"resuming it with {cfg.replicate_k} would change the design mid-candidate. Resume "
+            "without --replicate, or start a new run with --new"
+        )
     replicate_k = cfg.replicate_k or contract.promotion.replicate_k
     promotion = contract.promotion.model_copy(update={"replicate_k": stored.replicate_k if stored else replicate_k})
 
     def new_state() -> RunState:
-        return RunState(run_id=cfg.run_dir.name, contract_hash=contract.contract_hash,
-                        measurement_hash=measurement_hash, origin=store.snapshot_dir(cfg.policy_dir),
-                        replicate_k=replicate_k, shared=JudgeState.start(promotion))
+        return RunState(
+            run_id=cfg.run_dir.name,
+            contract_hash=contract.contract_hash,
+            measurement_hash=measurement_hash,
+            origin=store.snapshot_dir(cfg.policy_dir),
+            replicate_k=replicate_k,
+            shared=JudgeState.start(promotion),
+        )
 
     journal = Journal.open(cfg.run_dir, ledger, new_state, cfg.on_event)
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(cfg.before_audits, cfg.anchor))
-    rc = RunContext(loaded=loaded, promotion=promotion, measurement_hash=measurement_hash,
-                    approval_id=cfg.approval_id, policy_dir=cfg.policy_dir, journal=journal, rounds=rounds,
-                    store=store, refs=RunRefs(cfg.policy_repo, cfg.run_dir.name, store), backend=backend,
-                    measure=measure_ctx)
+    rc = RunContext(
+        loaded=loaded,
+        promotion=promotion,
+        measurement_hash=measurement_hash,
+        approval_id=cfg.approval_id,
+        policy_dir=cfg.policy_dir,
+        journal=journal,
+        rounds=rounds,
+        store=store,
+        refs=RunRefs(cfg.policy_repo, cfg.run_dir.name, store),
+        backend=backend,
+        measure=measure_ctx,
+    )
     rc.book.once(Keys.RUN, run_record(rc))
     return rc
 
@@ -184,18 +203,28 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
 def run_record(rc: RunContext) -> RunRecord:
     c = rc.contract
     return RunRecord(
-        contract_id=c.contract_id, contract_hash=c.contract_hash, measurement_hash=rc.measurement_hash,
-        manifest_hash=c.measurement.manifest_hash, backend=c.backend,
-        models={r: getattr(c.models, r).model for r in MODEL_ROLES}, arms=list(c.arms), seed=c.seed,
-        replicate_k=rc.promotion.replicate_k, approval=rc.approval_id, note=rc.backend.note)
+        contract_id=c.contract_id,
+        contract_hash=c.contract_hash,
+        measurement_hash=rc.measurement_hash,
+        manifest_hash=c.measurement.manifest_hash,
+        backend=c.backend,
+        models={r: getattr(c.models, r).model for r in MODEL_ROLES},
+        arms=list(c.arms),
+        seed=c.seed,
+        replicate_k=rc.promotion.replicate_k,
+        approval=rc.approval_id,
+        note=rc.backend.note,
+    )
 
 
 def approval_id(loaded: LoadedContract, root: Path) -> str:
     if loaded.contract.offline:
         return "not required: every role is offline"
     approval = require_approval(loaded.contract, root)
-    return (f"{approval.approver} until {approval.expires_at} (contract {approval.contract_hash[:12]}, "
-            f"measurement {approval.measurement_hash[:12]}, signed by key {approval.key_fingerprint})")
+    return (
+        f"{approval.approver} until {approval.expires_at} (contract {approval.contract_hash[:12]}, "
+        f"measurement {approval.measurement_hash[:12]}, signed by key {approval.key_fingerprint})"
+    )
 
 
 def approval_guard(loaded: LoadedContract, root: Path) -> Callable[[], None]:
@@ -225,17 +254,26 @@ def anchor_guard(run_dir: Path, root: Path) -> Callable[[], None]:
     return anchor
 
 
-def guarded_config(loaded: LoadedContract, root: Path, run_dir: Path, on_event: Callable[[str], None],
-                   replicate_k: int | None = None) -> RunConfig:
+def guarded_config(
+    loaded: LoadedContract, root: Path, run_dir: Path, on_event: Callable[[str], None], replicate_k: int | None = None
+) -> RunConfig:
     """The configuration of a real command: approval re-checks, anchoring, refs in git."""
-    return RunConfig(repo_root=root, run_dir=run_dir, policy_dir=root / POLICIES, replicate_k=replicate_k,
-                     approval_id=approval_id(loaded, root), on_event=on_event,
-                     before_audits=approval_guard(loaded, root), anchor=anchor_guard(run_dir, root),
-                     policy_repo=anchor_repo(root))
+    return RunConfig(
+        repo_root=root,
+        run_dir=run_dir,
+        policy_dir=root / POLICIES,
+        replicate_k=replicate_k,
+        approval_id=approval_id(loaded, root),
+        on_event=on_event,
+        before_audits=approval_guard(loaded, root),
+        anchor=anchor_guard(run_dir, root),
+        policy_repo=anchor_repo(root),
+    )
 
 
-def execute_run(loaded: LoadedContract, root: Path, run_id: str, replicate: int | None,
-                out: Console, err: Console) -> int:
+def execute_run(
+    loaded: LoadedContract, root: Path, run_id: str, replicate: int | None, out: Console, err: Console
+) -> int:
     """The whole `sil run` command; returns its exit code."""
     run_dir = root / RUNS / run_id
     try:

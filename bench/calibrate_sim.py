@@ -22,12 +22,12 @@ from loop.contract import SimParams, load_contract
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
-BASELINE_TICKS = range(0, 5)        # the 5-audit baseline
-NEVER_TICKS = range(5, 15)          # the never arm's 10 audits, right after
-NULL_TICKS = range(15, 35)          # 20 single audits of null candidates
+BASELINE_TICKS = range(0, 5)  # the 5-audit baseline
+NEVER_TICKS = range(5, 15)  # the never arm's 10 audits, right after
+NULL_TICKS = range(15, 35)  # 20 single audits of null candidates
 FIXED_TICK, REPLICATE_TICK = 50, 40
 FIXED_AUDITS, REPLICATES = 6, 3
-OBSERVED_JUMP = 0.71                # never arm 3.38 minus baseline 2.667
+OBSERVED_JUMP = 0.71  # never arm 3.38 minus baseline 2.667
 PAIRED_ROUNDS = 3000
 
 # (label, value in stats-gate.md 4.2, what was observed in the real run)
@@ -59,8 +59,14 @@ def simulate_world(params: SimParams, dims: list[str], n_seeds: int, w: int) -> 
     fixed = [target_mean(world, theta, FIXED_TICK, f"f{i}") for i in range(FIXED_AUDITS)]
     best = np.nanmin([target_mean(world, theta, t, f"c{t}") for t in NULL_TICKS])
     reps = [target_mean(world, theta, REPLICATE_TICK, f"r{i}") for i in range(REPLICATES)]
-    return {"truth": truth, "base": base, "never": never, "fixed_sd": np.nanstd(fixed, ddof=1),
-            "best": best, "range3": np.nanmax(reps) - np.nanmin(reps)}
+    return {
+        "truth": truth,
+        "base": base,
+        "never": never,
+        "fixed_sd": np.nanstd(fixed, ddof=1),
+        "best": best,
+        "range3": np.nanmax(reps) - np.nanmin(reps),
+    }
 
 
 def paired_round_sd(params: SimParams, dims: list[str], n_seeds: int) -> np.ndarray:
@@ -81,8 +87,10 @@ def report(results: list[dict[str, float]]) -> dict[str, float]:
     jump = col["never"] - col["base"]
     best_gap = col["best"] - col["truth"]
     return {
-        "true_mean": col["truth"].mean(), "true_mean_sd": col["truth"].std(),
-        "baseline_mean": col["base"].mean(), "never_minus_baseline_sd": jump.std(),
+        "true_mean": col["truth"].mean(),
+        "true_mean_sd": col["truth"].std(),
+        "baseline_mean": col["base"].mean(),
+        "never_minus_baseline_sd": jump.std(),
         "p_abs_jump": float((np.abs(jump) >= OBSERVED_JUMP).mean()),
         "fixed_time_sd": float(np.nanmedian(col["fixed_sd"])),
         "best_of_20_minus_truth": float(np.median(best_gap)),
@@ -106,21 +114,35 @@ def main() -> None:
     n_seeds = len(prepare.load_seeds())
     warnings.filterwarnings("ignore", category=RuntimeWarning)  # all-NaN slices are expected
     start = time.monotonic()
-    results = [simulate_world(params.model_copy(update={"world_seed": params.world_seed + w}),
-                              dims, n_seeds, w) for w in range(args.worlds)]
-    print(f"SIMULATED calibration: {args.worlds} worlds, {n_seeds} seeds, target {target} "
-          f"(unchanged policy, default sim params from {args.contract.name})\n")
+    results = [
+        simulate_world(params.model_copy(update={"world_seed": params.world_seed + w}), dims, n_seeds, w)
+        for w in range(args.worlds)
+    ]
+    print(
+        f"SIMULATED calibration: {args.worlds} worlds, {n_seeds} seeds, target {target} "
+        f"(unchanged policy, default sim params from {args.contract.name})\n"
+    )
     print(f"{'figure':28s} {'simulated':>10s} {'stats-gate':>10s}  observed")
     for key, value in report(results).items():
         ref, observed = TARGETS[key]
         print(f"{key:28s} {value:10.3f} {ref:10.3f}  {observed}")
     print("\npaired-round SD (A/A, one candidate minus one concurrent champion audit)")
-    crit = [dims.index(c) for c in ("input_hallucination", "unprompted_deception_toward_user",
-                                    "cooperation_with_human_misuse", "concerning") if c in dims]
-    for label, update, seeds in (("independent", {}, n_seeds),
-                                 ("CRN rho=0.5", {"pair_correlation": 0.5}, n_seeds),
-                                 ("30 seeds", {}, 30),
-                                 ("30 seeds + CRN", {"pair_correlation": 0.5}, 30)):
+    crit = [
+        dims.index(c)
+        for c in (
+            "input_hallucination",
+            "unprompted_deception_toward_user",
+            "cooperation_with_human_misuse",
+            "concerning",
+        )
+        if c in dims
+    ]
+    for label, update, seeds in (
+        ("independent", {}, n_seeds),
+        ("CRN rho=0.5", {"pair_correlation": 0.5}, n_seeds),
+        ("30 seeds", {}, 30),
+        ("30 seeds + CRN", {"pair_correlation": 0.5}, 30),
+    ):
         sd = paired_round_sd(params.model_copy(update=update), dims, seeds)
         crit_sd = f"critical {sd[crit].min():.2f}-{sd[crit].max():.2f}" if crit else ""
         print(f"  {label:16s} target {sd[0]:.3f} (stats-gate {PAIRED_TARGETS[label]:.2f})  {crit_sd}")

@@ -88,8 +88,9 @@ class Setup:
         return self.promotion.model_copy(update=update)
 
 
-def load_setup(contract: Path, methods: Sequence[str], with_aux: bool,
-               overrides: dict[str, object] | None = None) -> Setup:
+def load_setup(
+    contract: Path, methods: Sequence[str], with_aux: bool, overrides: dict[str, object] | None = None
+) -> Setup:
     """World parameters and gate settings from the contract; dims = target + critical (+aux)."""
     c = load_contract(contract).contract
     if c.sim is None:
@@ -202,10 +203,12 @@ def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> lis
         ok = by["loop_gate"].admissible(alpha_run)
         others = [m for m in ("single_audit", "geode") if m in by]
         refuted = all(not by[m].admissible(alpha_run) for m in others)
-        line = (f"{cell.label}: loop gate admissible={'yes' if ok else 'NO'}"
-                f" (P(false KEEP) {by['loop_gate'].false_keep_run:.3f} <= {alpha_run},"
-                f" P(worse) {by['loop_gate'].p_worse:.3f} <= 0.1);"
-                f" single-audit/GEODE inadmissible={'yes' if refuted else 'NO'}")
+        line = (
+            f"{cell.label}: loop gate admissible={'yes' if ok else 'NO'}"
+            f" (P(false KEEP) {by['loop_gate'].false_keep_run:.3f} <= {alpha_run},"
+            f" P(worse) {by['loop_gate'].p_worse:.3f} <= 0.1);"
+            f" single-audit/GEODE inadmissible={'yes' if refuted else 'NO'}"
+        )
         if cell.budget == 300 and cell.drift == "calibrated":
             goal = TARGET_GAIN[cell.rho]
             gain = by["loop_gate"].final_target
@@ -229,8 +232,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")
-    ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
-                    help="override promotion settings of the loop's gate, e.g. critical_margin=0.4")
+    ap.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override promotion settings of the loop's gate, e.g. critical_margin=0.4",
+    )
     ap.add_argument("--out", type=Path, help="also write <out>/gates.md and gates.json")
     args = ap.parse_args(argv)
     runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
@@ -242,21 +250,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     alpha_run = setup.promotion.alpha_run
     cells = [Cell(d, r, b) for d in args.drifts for r in args.rhos for b in args.budgets]
     start = time.monotonic()
-    out = [f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
-           f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
-           f"loop gate: {setup.promotion.gate}, alpha_run {alpha_run} ({setup.promotion.error_control}), "
-           f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300", ""]
+    out = [
+        f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
+        f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
+        f"loop gate: {setup.promotion.gate}, alpha_run {alpha_run} ({setup.promotion.error_control}), "
+        f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300",
+        "",
+    ]
     print("\n".join(out), flush=True)
     tables = run_grid(setup, cells, runs, args.jobs)
     for cell in cells:
         block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n"
         print(block, flush=True)
         out.append(block)
-    validity = validity_table(setup.params, setup.dims, setup.n_seeds,
-                              setup.promotion.calibration_pairs, reps, SEED)
-    block = (f"## Type-I of the confirmation test (pure null, target leg only, "
-             f"{setup.promotion.calibration_pairs} A/A pairs, K = 12, {reps} replicates)\n\n"
-             f"{format_validity(validity)}\n")
+    validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion.calibration_pairs, reps, SEED)
+    block = (
+        f"## Type-I of the confirmation test (pure null, target leg only, "
+        f"{setup.promotion.calibration_pairs} A/A pairs, K = 12, {reps} replicates)\n\n"
+        f"{format_validity(validity)}\n"
+    )
     print(block)
     out.append(block)
     checks = acceptance(tables, validity, alpha_run)

@@ -119,9 +119,7 @@ def run_geode(run: SimRun, _settings: object) -> None:
     for cand in run.candidates:
         if run.left() < GEODE_REPLICATES:
             return
-        reps = np.array(
-            [audit_mean(run.audit(run.theta + cand.field)) for _ in range(GEODE_REPLICATES)]
-        )
+        reps = np.array([audit_mean(run.audit(run.theta + cand.field)) for _ in range(GEODE_REPLICATES)])
         mean, cand_se = mean_and_se(reps)
         keep = _geode_promotes(mean, cand_se, base, se, run.critical_idx)
         run.decide(cand, keep, GEODE_REPLICATES)
@@ -129,8 +127,7 @@ def run_geode(run: SimRun, _settings: object) -> None:
             base, se = _overwrite(base, mean), _overwrite(se, cand_se)
 
 
-def _geode_promotes(m: np.ndarray, m_se: np.ndarray, base: np.ndarray, se: np.ndarray,
-                    crit: list[int]) -> bool:
+def _geode_promotes(m: np.ndarray, m_se: np.ndarray, base: np.ndarray, se: np.ndarray, crit: list[int]) -> bool:
     if np.isnan(m[0]) or np.isnan(base[0]):
         return False  # a missing targeted dim rejects
     if any(m[c] > base[c] + se[c] + GEODE_CRITICAL_MARGIN for c in crit if not np.isnan(m[c])):
@@ -176,9 +173,7 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     budget = ErrorBudget.from_promotion(promo)
     reserve = settings.certify_audits
     for cand in run.candidates:
-        forecast = expected_confirmations(
-            run.left() - reserve, run.used - calibration, budget.confirmations
-        )
+        forecast = expected_confirmations(run.left() - reserve, run.used - calibration, budget.confirmations)
         alpha = budget.next_alpha(forecast)
         if alpha is None or run.left() - reserve < 2:
             break  # the error budget or the audit budget is spent: stop auditing
@@ -234,4 +229,3 @@ PROCEDURES: dict[str, Procedure] = {
     "random": run_random,
     "oracle": run_oracle,
 }
-

@@ -50,13 +50,18 @@ class ValidityRow:
 
 def null_promotion(target: str, calibration_pairs: int) -> Promotion:
     return Promotion(
-        target_dimensions=[target], critical_dimensions=[], replicate_k=LOOKS,
-        calibration_pairs=calibration_pairs, futility_beta=1e-12, cp_floor=0.0,
+        target_dimensions=[target],
+        critical_dimensions=[],
+        replicate_k=LOOKS,
+        calibration_pairs=calibration_pairs,
+        futility_beta=1e-12,
+        cp_floor=0.0,
     )
 
 
-def one_replicate(params: SimParams, dims: Sequence[str], n_seeds: int, promo: Promotion,
-                  rng: np.random.Generator) -> dict[float, bool]:
+def one_replicate(
+    params: SimParams, dims: Sequence[str], n_seeds: int, promo: Promotion, rng: np.random.Generator
+) -> dict[float, bool]:
     run = SimRun(World(params, dims, n_seeds), [], budget=10_000, name="validity", critical_idx=[])
     pool = NoisePool()
     for _ in range(promo.calibration_pairs):
@@ -78,8 +83,9 @@ def one_replicate(params: SimParams, dims: Sequence[str], n_seeds: int, promo: P
     return kept
 
 
-def validity_table(base: SimParams, dims: Sequence[str], n_seeds: int, calibration_pairs: int,
-                   reps: int, seed: int) -> list[ValidityRow]:
+def validity_table(
+    base: SimParams, dims: Sequence[str], n_seeds: int, calibration_pairs: int, reps: int, seed: int
+) -> list[ValidityRow]:
     promo = null_promotion(dims[0], calibration_pairs)
     rows = []
     for s_index, (name, update) in enumerate(SCENARIOS.items()):

@@ -46,8 +46,7 @@ MAX_HOURS = 24 * 90
 CLOCK_SKEW = timedelta(minutes=5)
 PINNED_PACKAGES = ("inspect-ai", "inspect-petri", "inspect-scout")
 # Code that defines the measurement; a glob may match nothing (e.g. no petri backend yet).
-MEASUREMENT_CODE = ("prepare.py", "measure.py", "loop/backends/*.py", "sil_policy/evidence.py",
-                    "sil_runtime/**/*.py")
+MEASUREMENT_CODE = ("prepare.py", "measure.py", "loop/backends/*.py", "sil_policy/evidence.py", "sil_runtime/**/*.py")
 CODE_ROOT = Path(prepare.__file__).resolve().parent
 Hex64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -75,12 +74,10 @@ class Approval(BaseModel):
     def signed_bytes(self) -> bytes:
         """What the signature covers: every field but the signature itself."""
         body = self.model_dump(mode="json", exclude={"signature"})
-        return f"{NAMESPACE}/v1\n".encode() + json.dumps(body, sort_keys=True,
-                                                         separators=(",", ":")).encode()
+        return f"{NAMESPACE}/v1\n".encode() + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def measurement_components(contract: Contract, repo_root: Path,
-                           code_root: Path | None = None) -> dict[str, str]:
+def measurement_components(contract: Contract, repo_root: Path, code_root: Path | None = None) -> dict[str, str]:
     """Name → hash (or version) of everything the frozen measurement consists of."""
     seeds = Path(repo_root) / contract.measurement.seed_library
     try:
@@ -123,9 +120,18 @@ def approval_path(contract_hash: str, repo_root: Path, state_dir: Path | None = 
     return base / f"{contract_hash}.json"
 
 
-def approve(contract: Contract, repo_root: Path, approver: str, expires_in_hours: float = 72.0,
-            key: Path | None = None, *, now: datetime | None = None, state_dir: Path | None = None,
-            allowed_signers: Path | None = None, code_root: Path | None = None) -> Approval:
+def approve(
+    contract: Contract,
+    repo_root: Path,
+    approver: str,
+    expires_in_hours: float = 72.0,
+    key: Path | None = None,
+    *,
+    now: datetime | None = None,
+    state_dir: Path | None = None,
+    allowed_signers: Path | None = None,
+    code_root: Path | None = None,
+) -> Approval:
     """Record (and sign, if `key` is given) an approval; written atomically."""
     try:
         check_identity(approver)
@@ -136,9 +142,13 @@ def approve(contract: Contract, repo_root: Path, approver: str, expires_in_hours
     now = now or datetime.now(UTC)
     components = measurement_components(contract, repo_root, code_root)
     approval = Approval(
-        contract_id=contract.contract_id, contract_hash=contract.contract_hash,
-        contract=contract.model_dump(mode="json"), measurement_hash=_hash_components(components),
-        measurement=components, approver=approver, approved_at=now,
+        contract_id=contract.contract_id,
+        contract_hash=contract.contract_hash,
+        contract=contract.model_dump(mode="json"),
+        measurement_hash=_hash_components(components),
+        measurement=components,
+        approver=approver,
+        approved_at=now,
         expires_at=now + timedelta(hours=expires_in_hours),
     )
     if key is not None:
@@ -159,35 +169,51 @@ def _signed(approval: Approval, signer: Signer) -> Approval:
         raise ApprovalError(f"cannot sign the approval: {ex}") from None
 
 
-def require_approval(contract: Contract, repo_root: Path, now: datetime | None = None, *,
-                     allowed_signers: Path | None = None, require_signed: bool = True,
-                     state_dir: Path | None = None, code_root: Path | None = None) -> Approval | None:
+def require_approval(
+    contract: Contract,
+    repo_root: Path,
+    now: datetime | None = None,
+    *,
+    allowed_signers: Path | None = None,
+    require_signed: bool = True,
+    state_dir: Path | None = None,
+    code_root: Path | None = None,
+) -> Approval | None:
     """The valid approval for this contract (None if offline); ApprovalError otherwise."""
     if contract.offline:
         return None
     now = now or datetime.now(UTC)
     approval = _load(contract, repo_root, state_dir)
     if approval.contract_hash != contract.contract_hash:
-        raise ApprovalError(f"contract changed since approval: approved {approval.contract_hash[:12]}, "
-                            f"now {contract.contract_hash[:12]}")
+        raise ApprovalError(
+            f"contract changed since approval: approved {approval.contract_hash[:12]}, "
+            f"now {contract.contract_hash[:12]}"
+        )
     if require_signed:
         trusted = resolve_allowed_signers(allowed_signers, Path(repo_root) / ALLOWED_SIGNERS_DEFAULT)
         if approval.signature is None:
-            raise ApprovalError("approval is unsigned: runs with real model calls need one signed "
-                                "with the approver's SSH key (sil approve --key ~/.ssh/id_ed25519)")
+            raise ApprovalError(
+                "approval is unsigned: runs with real model calls need one signed "
+                "with the approver's SSH key (sil approve --key ~/.ssh/id_ed25519)"
+            )
         if trusted is None:
-            raise ApprovalError("no allowed_signers file to check the approval's signature: set "
-                                f"$SIL_ALLOWED_SIGNERS or create {ALLOWED_SIGNERS_DEFAULT}")
+            raise ApprovalError(
+                "no allowed_signers file to check the approval's signature: set "
+                f"$SIL_ALLOWED_SIGNERS or create {ALLOWED_SIGNERS_DEFAULT}"
+            )
         _check_signature(approval, trusted)
     if now + CLOCK_SKEW < approval.approved_at:
         raise ApprovalError(f"approval is dated in the future ({approval.approved_at}); check the clock")
     if now >= approval.expires_at:
-        raise ApprovalError(f"approval by {approval.approver} expired at {approval.expires_at}; "
-                            "review the contract and approve it again")
+        raise ApprovalError(
+            f"approval by {approval.approver} expired at {approval.expires_at}; "
+            "review the contract and approve it again"
+        )
     current = measurement_components(contract, repo_root, code_root)
     if _hash_components(current) != approval.measurement_hash or current != approval.measurement:
-        raise ApprovalError("frozen measurement changed since approval: "
-                            + _describe_changes(approval.measurement, current))
+        raise ApprovalError(
+            "frozen measurement changed since approval: " + _describe_changes(approval.measurement, current)
+        )
     return approval
 
 
@@ -198,8 +224,9 @@ def _load(contract: Contract, repo_root: Path, state_dir: Path | None) -> Approv
     try:
         return Approval.model_validate_json(path.read_bytes())
     except (OSError, ValidationError) as ex:
-        raise ApprovalError(f"approval file {path} is unreadable or malformed ({ex.__class__.__name__}); "
-                            "approve the contract again") from None
+        raise ApprovalError(
+            f"approval file {path} is unreadable or malformed ({ex.__class__.__name__}); approve the contract again"
+        ) from None
 
 
 def _missing_message(contract: Contract, path: Path) -> str:
@@ -210,11 +237,15 @@ def _missing_message(contract: Contract, path: Path) -> str:
             continue
         if old.contract_id == contract.contract_id:
             changed = _describe_changes(_flatten(old.contract), _flatten(contract.model_dump(mode="json")))
-            return (f"contract changed since approval: {contract.contract_id} was approved as "
-                    f"{old.contract_hash[:12]}, now {contract.contract_hash[:12]} ({changed}); "
-                    "approve the new contract")
-    return (f"no approval for contract {contract.contract_id} ({contract.contract_hash[:12]}): it has "
-            "real model calls; an administrator must run `sil approve --by <identity> --key <ssh key>`")
+            return (
+                f"contract changed since approval: {contract.contract_id} was approved as "
+                f"{old.contract_hash[:12]}, now {contract.contract_hash[:12]} ({changed}); "
+                "approve the new contract"
+            )
+    return (
+        f"no approval for contract {contract.contract_id} ({contract.contract_hash[:12]}): it has "
+        "real model calls; an administrator must run `sil approve --by <identity> --key <ssh key>`"
+    )
 
 
 def _check_signature(approval: Approval, trusted: Path) -> None:

@@ -25,7 +25,13 @@ from loop.judges import ArmBudget, Judge, Outcome, judge_for
 from loop.mutation import MutationError, apply_mutation
 from loop.proposers import ProposalRequest, Proposer, make_proposer
 from loop.records import (
-    IntentRecord, Keys, MutationRecord, NoiseRecord, PolicyChangeRecord, RoundRecord, VerdictRecord,
+    IntentRecord,
+    Keys,
+    MutationRecord,
+    NoiseRecord,
+    PolicyChangeRecord,
+    RoundRecord,
+    VerdictRecord,
 )
 from loop.runstate import ArmState, Pending
 
@@ -60,13 +66,18 @@ class NeverArm:
             if stat is not None:
                 state.shared.pool.add_aa(stat)
                 state.aa_rounds.append(stat)
-                rc.book.once(Keys.round(label), RoundRecord(
-                    arm="never", round=label, kind="aa", mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds))
+                rc.book.once(
+                    Keys.round(label),
+                    RoundRecord(
+                        arm="never", round=label, kind="aa", mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds
+                    ),
+                )
             rc.save()
         est = state.shared.pool.estimate()
         arm.stop_reason = arm.stop_reason or f"{len(state.aa_rounds)} A/A pairs measured"
-        rc.book.once(Keys.CALIBRATION, NoiseRecord(estimate=est, pairs=len(state.aa_rounds),
-                                                   source="never arm A/A pairs"))
+        rc.book.once(
+            Keys.CALIBRATION, NoiseRecord(estimate=est, pairs=len(state.aa_rounds), source="never arm A/A pairs")
+        )
         arm.done = True
         sigmas = ", ".join(f"{d}={est.sigma[d]:.2f}" for d in rc.promotion.target_dimensions if d in est.sigma)
         rc.emit(f"never: {len(state.aa_rounds)} A/A pairs; noise sigma {sigmas}")
@@ -94,8 +105,7 @@ class CandidateArm:
             else:
                 self.advance(arm)
             rc.save()
-        rc.emit(f"{self.name}: {arm.candidates} candidates, {arm.keeps} kept, {arm.audits} audits"
-                f" ({arm.stop_reason})")
+        rc.emit(f"{self.name}: {arm.candidates} candidates, {arm.keeps} kept, {arm.audits} audits ({arm.stop_reason})")
 
     def stop_reason(self, arm: ArmState) -> str | None:
         """Why no new candidate may start: budget, error budget or the candidate limit."""
@@ -120,12 +130,24 @@ class CandidateArm:
         rc = self.rc
         champion = rc.store.documents(arm.champion)
         index = arm.candidates
-        tried = {m.mutation.edit_key for m in rc.book.payloads("mutation", MutationRecord)
-                 if m.arm == self.name and m.index < index}
+        tried = {
+            m.mutation.edit_key
+            for m in rc.book.payloads("mutation", MutationRecord)
+            if m.arm == self.name and m.index < index
+        }
         rng = np.random.default_rng([rc.contract.seed, ARM_ORDER.index(self.name), index])
-        proposal = self.proposer.propose(ProposalRequest(
-            champion, tried, rng, index, rc.contract.seed, arm=self.name,
-            spend=rc.rounds.usd_left, work_dir=rc.run_dir / "mutator"))
+        proposal = self.proposer.propose(
+            ProposalRequest(
+                champion,
+                tried,
+                rng,
+                index,
+                rc.contract.seed,
+                arm=self.name,
+                spend=rc.rounds.usd_left,
+                work_dir=rc.run_dir / "mutator",
+            )
+        )
         mutation = proposal.mutation
         if proposal.gap is not None:
             self.proposer_gap(arm, proposal.gap)
@@ -159,17 +181,34 @@ class CandidateArm:
         assert p is not None
         m = p.mutation
         key = Keys.candidate(self.name, m.mutation_id)
-        rc.book.once(key, MutationRecord(arm=self.name, index=p.index, mutation=m, candidate_set=p.candidate.set_id,
-                                         parent_set=p.parent.set_id, value_hash=m.edit_key[2]))
+        rc.book.once(
+            key,
+            MutationRecord(
+                arm=self.name,
+                index=p.index,
+                mutation=m,
+                candidate_set=p.candidate.set_id,
+                parent_set=p.parent.set_id,
+                value_hash=m.edit_key[2],
+            ),
+        )
         crashpoint("apply.before_intent")
-        rc.book.once(Keys.intent("apply", key), IntentRecord(action="apply", key=key, arm=self.name,
-                                                             surface=m.surface))
+        rc.book.once(Keys.intent("apply", key), IntentRecord(action="apply", key=key, arm=self.name, surface=m.surface))
         crashpoint("apply.before_write")
         rc.store.write_surface(self.name, m.surface, p.candidate, expect_current=p.parent.hashes[m.surface])
         crashpoint("apply.before_record")
-        rc.book.once(key, PolicyChangeRecord(
-            arm=self.name, mutation_id=m.mutation_id, surface=m.surface, from_hash=p.parent.hashes[m.surface],
-            to_hash=p.candidate.hashes[m.surface], policy_set=p.candidate.set_id), "applied")
+        rc.book.once(
+            key,
+            PolicyChangeRecord(
+                arm=self.name,
+                mutation_id=m.mutation_id,
+                surface=m.surface,
+                from_hash=p.parent.hashes[m.surface],
+                to_hash=p.candidate.hashes[m.surface],
+                policy_set=p.candidate.set_id,
+            ),
+            "applied",
+        )
         p.stage = "applied"
         crashpoint("apply.before_save")
 
@@ -192,9 +231,19 @@ class CandidateArm:
             return
         budget = ArmBudget(audits_left=rc.rounds.audits_left(self.name), audits_spent=arm.audits)
         p.trial, outcome = self.judge.judge(p.trial, stat, rc.state.shared, budget, p.index)
-        rc.book.once(Keys.round(label), RoundRecord(
-            arm=self.name, round=label, kind=outcome.kind, mutation_id=p.mutation.mutation_id, diff=stat.diff,
-            n_seeds=stat.n_seeds, decision=outcome.decision, coin=outcome.coin))
+        rc.book.once(
+            Keys.round(label),
+            RoundRecord(
+                arm=self.name,
+                round=label,
+                kind=outcome.kind,
+                mutation_id=p.mutation.mutation_id,
+                diff=stat.diff,
+                n_seeds=stat.n_seeds,
+                decision=outcome.decision,
+                coin=outcome.coin,
+            ),
+        )
         if outcome.kind == "confirm":
             rc.emit(f"  {label}: {outcome.verdict} ({outcome.reason})")
         if outcome.verdict != "continue":
@@ -208,11 +257,21 @@ class CandidateArm:
         p.reason, p.decision, p.stage = outcome.reason, outcome.decision, "decided"
         rc.state.shared = self.judge.close(p.trial, p.verdict, rc.state.shared)
         spends = p.trial.alpha is not None
-        rc.book.once(Keys.candidate(self.name, p.mutation.mutation_id), VerdictRecord(
-            arm=self.name, mutation_id=p.mutation.mutation_id, verdict=p.verdict, reason=outcome.reason,
-            candidate_set=p.candidate.set_id, parent_set=p.parent.set_id, rounds=p.trial.rounds,
-            alpha=p.trial.alpha, error_budget=rc.state.shared.budget if spends else None,
-            decision=outcome.decision))
+        rc.book.once(
+            Keys.candidate(self.name, p.mutation.mutation_id),
+            VerdictRecord(
+                arm=self.name,
+                mutation_id=p.mutation.mutation_id,
+                verdict=p.verdict,
+                reason=outcome.reason,
+                candidate_set=p.candidate.set_id,
+                parent_set=p.parent.set_id,
+                rounds=p.trial.rounds,
+                alpha=p.trial.alpha,
+                error_budget=rc.state.shared.budget if spends else None,
+                decision=outcome.decision,
+            ),
+        )
         crashpoint("verdict.before_save")
         rc.save()
         crashpoint("verdict.before_anchor")
@@ -230,23 +289,43 @@ class CandidateArm:
         keep = p.verdict == "keep"
         crashpoint("settle.before_intent")
         if keep and self.name == "gate" and (p.decision is None or not should_promote(p.decision)):
-            raise Halt(f"refusing to promote {m.mutation_id}: its KEEP does not come from a confirmation "
-                       "in which every leg crossed its boundary")
-        rc.book.once(Keys.intent("promote" if keep else "revert", key),
-                     IntentRecord(action="promote" if keep else "revert", key=key, arm=self.name))
+            raise Halt(
+                f"refusing to promote {m.mutation_id}: its KEEP does not come from a confirmation "
+                "in which every leg crossed its boundary"
+            )
+        rc.book.once(
+            Keys.intent("promote" if keep else "revert", key),
+            IntentRecord(action="promote" if keep else "revert", key=key, arm=self.name),
+        )
         crashpoint("settle.before_write")
         if not keep:  # a KEEP's working file already holds the candidate
             rc.store.write_surface(self.name, m.surface, p.parent, expect_current=p.candidate.hashes[m.surface])
         crashpoint("settle.before_refs")
         commit, arm.champion_commit = rc.refs.record_verdict(
-            self.name, m.mutation_id, p.candidate, rc.state.origin, arm.champion_commit, keep,
+            self.name,
+            m.mutation_id,
+            p.candidate,
+            rc.state.origin,
+            arm.champion_commit,
+            keep,
             f"candidate {p.index} {m.surface}.{m.path}: {p.verdict.upper()}",
-            (rc.record_time("contract", Keys.RUN), rc.record_time("verdict", key)))
+            (rc.record_time("contract", Keys.RUN), rc.record_time("verdict", key)),
+        )
         crashpoint("settle.before_record")
         new, old = (p.candidate, p.parent) if keep else (p.parent, p.candidate)
-        rc.book.once(key, PolicyChangeRecord(
-            arm=self.name, mutation_id=m.mutation_id, surface=m.surface, from_hash=old.hashes[m.surface],
-            to_hash=new.hashes[m.surface], policy_set=new.set_id, commit=commit), "promote" if keep else "revert")
+        rc.book.once(
+            key,
+            PolicyChangeRecord(
+                arm=self.name,
+                mutation_id=m.mutation_id,
+                surface=m.surface,
+                from_hash=old.hashes[m.surface],
+                to_hash=new.hashes[m.surface],
+                policy_set=new.set_id,
+                commit=commit,
+            ),
+            "promote" if keep else "revert",
+        )
         if keep:
             arm.champion, arm.keeps = p.candidate, arm.keeps + 1
         else:

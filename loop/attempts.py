@@ -132,9 +132,13 @@ def read_status(audit_dir: Path) -> AttemptStatus:
         return AttemptStatus(state="new")
     n = launches[-1]["attempt"]
     mine = {e["event"]: e for e in events if e["attempt"] == n}
-    base = dict(attempt=n, launches=len(launches), launched_at=launches[-1].get("t"),
-                executions=sum(1 for e in events if e["event"] == "exit"),
-                pid=mine.get("start", {}).get("pid"))
+    base = dict(
+        attempt=n,
+        launches=len(launches),
+        launched_at=launches[-1].get("t"),
+        executions=sum(1 for e in events if e["event"] == "exit"),
+        pid=mine.get("start", {}).get("pid"),
+    )
     kill = mine.get("kill")
     if kill is not None and kill.get("reason") == "timeout":
         return AttemptStatus(state="timed_out", **base, detail="the loop killed it at its timeout")
@@ -143,16 +147,22 @@ def read_status(audit_dir: Path) -> AttemptStatus:
         if not isinstance(rc, int):
             return AttemptStatus(state="unknown", **base, detail=f"attempt {n} logged exit without a status")
         wall = _mtime(audit_dir / ATTEMPTS_FILE) - (base["launched_at"] or 0.0)
-        return AttemptStatus(state="finished", rc=rc, wall_s=round(max(wall, 0.0), 3), **base,
-                             detail=f"attempt {n} exited with status {rc}")
+        return AttemptStatus(
+            state="finished",
+            rc=rc,
+            wall_s=round(max(wall, 0.0), 3),
+            **base,
+            detail=f"attempt {n} exited with status {rc}",
+        )
     alive = _live_pids(audit_dir, base["pid"])
     if alive is None:  # no /proc and no pid yet: give the wrapper a moment to log one
         return _await_pid(audit_dir, base)
     if alive and kill is None:
         return AttemptStatus(state="running", **base, detail=f"attempt {n} is still running (pids {alive})")
     if alive:
-        return AttemptStatus(state="unknown", **base,
-                             detail=f"attempt {n} was killed by the loop but pids {alive} are alive")
+        return AttemptStatus(
+            state="unknown", **base, detail=f"attempt {n} was killed by the loop but pids {alive} are alive"
+        )
     why = "was interrupted" if kill else ("never started" if base["pid"] is None else "died without an exit status")
     return AttemptStatus(state="died", **base, detail=f"attempt {n} {why}")
 
@@ -191,8 +201,10 @@ def _kill_overdue(audit_dir: Path, status: AttemptStatus) -> AttemptStatus:
                 pass
         if _wait_gone(audit_dir, status.pid, KILL_GRACE_S):
             return read_status(audit_dir)
-    raise AuditStateUnknown(f"{audit_dir.name}: attempt {status.attempt} is still alive after SIGKILL "
-                            "past its timeout; it may still spend budget or write evidence")
+    raise AuditStateUnknown(
+        f"{audit_dir.name}: attempt {status.attempt} is still alive after SIGKILL "
+        "past its timeout; it may still spend budget or write evidence"
+    )
 
 
 def _wait_gone(audit_dir: Path, pid: int | None, seconds: float) -> bool:
@@ -236,7 +248,7 @@ def _live_pids(audit_dir: Path, pid: int | None) -> list[int] | None:
             except OSError:  # gone, or another user's process
                 continue
             for item in env.split(b"\0"):
-                if item.startswith(prefix) and os.path.realpath(os.fsdecode(item[len(prefix):])) == target:
+                if item.startswith(prefix) and os.path.realpath(os.fsdecode(item[len(prefix) :])) == target:
                     found.append(int(entry.name))
                     break
         return found

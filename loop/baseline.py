@@ -19,8 +19,9 @@ from measure import AuditResult
 MODEL_ROLES = ("auditor", "target", "judge")
 
 
-def baseline_means(results: list[AuditResult], seeds: tuple[str, ...], dims: tuple[str, ...]
-                   ) -> tuple[dict[str, float | None], dict[str, int]]:
+def baseline_means(
+    results: list[AuditResult], seeds: tuple[str, ...], dims: tuple[str, ...]
+) -> tuple[dict[str, float | None], dict[str, int]]:
     """Per-dimension mean over every scored cell of the usable audits, and the cell counts."""
     means: dict[str, float | None] = {}
     counts: dict[str, int] = {}
@@ -45,8 +46,16 @@ def baseline_phase(rc: RunContext) -> None:
         reasons = "; ".join(sorted({r.gap_reason or "" for r in results}))
         raise Halt(f"the baseline has no usable audit ({k} gaps: {reasons}); fix the cause and resume")
     means, counts = baseline_means(results, rc.measure.seed_ids, rc.measure.dimensions)
-    rc.book.once(Keys.BASELINE, BaselineRecord(
-        policy_set=origin.set_id, audit_ids=state.baseline, per_dimension_mean=means,
-        sample_counts=counts, contract_hash=c.contract_hash, measurement_hash=rc.measurement_hash,
-        seeds_hash=c.measurement.manifest_hash,
-        models={r: getattr(c.models, r).model for r in MODEL_ROLES}))
+    rc.book.once(
+        Keys.BASELINE,
+        BaselineRecord(
+            policy_set=origin.set_id,
+            audit_ids=state.baseline,
+            per_dimension_mean=means,
+            sample_counts=counts,
+            contract_hash=c.contract_hash,
+            measurement_hash=rc.measurement_hash,
+            seeds_hash=c.measurement.manifest_hash,
+            models={r: getattr(c.models, r).model for r in MODEL_ROLES},
+        ),
+    )

@@ -45,9 +45,18 @@ def final_rounds(rc: RunContext, arm: ArmState, looks: int, certifying: bool) ->
             arm.final_rounds.append(stat)
             if certifying:
                 decision = certify(rc.promotion, rc.state.shared.pool, arm.final_rounds, looks)
-            rc.book.once(Keys.round(label), RoundRecord(
-                arm=arm.arm, round=label, kind=kind, mutation_id=None, diff=stat.diff, n_seeds=stat.n_seeds,
-                decision=decision))
+            rc.book.once(
+                Keys.round(label),
+                RoundRecord(
+                    arm=arm.arm,
+                    round=label,
+                    kind=kind,
+                    mutation_id=None,
+                    diff=stat.diff,
+                    n_seeds=stat.n_seeds,
+                    decision=decision,
+                ),
+            )
         rc.rounds.consumed()  # saved together with the round's outcome
         rc.save()
     return decision
@@ -58,8 +67,17 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> No
     champion, origin = arm.champion, rc.state.origin
     key = Keys.certify(arm.arm, champion.set_id)
     certified = decision is not None and decision.verdict == "keep"
-    rc.book.once(key, CertifyRecord(arm=arm.arm, policy_set=champion.set_id, against=origin.set_id,
-                                    certified=certified, rounds=len(arm.final_rounds), decision=decision))
+    rc.book.once(
+        key,
+        CertifyRecord(
+            arm=arm.arm,
+            policy_set=champion.set_id,
+            against=origin.set_id,
+            certified=certified,
+            rounds=len(arm.final_rounds),
+            decision=decision,
+        ),
+    )
     if certified:
         arm.stop_reason = f"{arm.stop_reason}; champion certified"
         rc.save()
@@ -75,8 +93,15 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> No
     arm.champion = origin
     arm.stop_reason = f"{arm.stop_reason}; champion failed certification, rolled back"
     why = "not certified" if decision is not None else "the budget ran out before the certification decided"
-    rc.book.once(key, DemoteRecord(cause="certification", arm=arm.arm, policy_set=champion.set_id,
-                                   restored_set=origin.set_id,
-                                   reason=f"champion {why} against the starting policy: rolled back"))
+    rc.book.once(
+        key,
+        DemoteRecord(
+            cause="certification",
+            arm=arm.arm,
+            policy_set=champion.set_id,
+            restored_set=origin.set_id,
+            reason=f"champion {why} against the starting policy: rolled back",
+        ),
+    )
     rc.save()
     rc.emit(f"gate: champion {champion.set_id} failed certification; rolled back to the starting policy")

@@ -36,12 +36,18 @@ NOTE_FILE = "checkpoint"
 META_FILE = "checkpoint.json"
 SIG_FILE = "checkpoint.sig"
 GIT_TIMEOUT_S = 60.0
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "sil", "GIT_AUTHOR_EMAIL": "sil@localhost",
-                "GIT_COMMITTER_NAME": "sil", "GIT_COMMITTER_EMAIL": "sil@localhost"}
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "sil",
+    "GIT_AUTHOR_EMAIL": "sil@localhost",
+    "GIT_COMMITTER_NAME": "sil",
+    "GIT_COMMITTER_EMAIL": "sil@localhost",
+}
 # Durable objects and refs: an anchor that a power cut can erase anchors nothing.
 GIT_DURABLE = ["-c", "core.fsync=committed", "-c", "core.fsyncMethod=fsync"]
-UNSIGNED_NOTE = ("checkpoints are unsigned: they anchor the ledger in git, but anyone able to "
-                 "rewrite git refs could replace them; set SIL_SIGNING_KEY and SIL_SIGNER to sign")
+UNSIGNED_NOTE = (
+    "checkpoints are unsigned: they anchor the ledger in git, but anyone able to "
+    "rewrite git refs could replace them; set SIL_SIGNING_KEY and SIL_SIGNER to sign"
+)
 
 
 class CheckpointError(RuntimeError):
@@ -83,13 +89,19 @@ def anchor_repo(root: Path, *, create: bool = True) -> Path | None:
         if not create:
             return None
         bare.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True, capture_output=True,
-                       env=_git_env(), timeout=GIT_TIMEOUT_S)
+        subprocess.run(
+            ["git", "init", "-q", "--bare", str(bare)],
+            check=True,
+            capture_output=True,
+            env=_git_env(),
+            timeout=GIT_TIMEOUT_S,
+        )
     return bare
 
 
-def verify_run_ledger(ledger_path: Path, root: Path, allowed_signers: Path | None = None,
-                      *, require_signed: bool = False) -> VerifyReport:
+def verify_run_ledger(
+    ledger_path: Path, root: Path, allowed_signers: Path | None = None, *, require_signed: bool = False
+) -> VerifyReport:
     """`sil ledger verify`: the chain, every checkpoint, and signatures when there are any.
 
     Signatures are checked against `allowed_signers` (else $SIL_ALLOWED_SIGNERS, else
@@ -99,22 +111,32 @@ def verify_run_ledger(ledger_path: Path, root: Path, allowed_signers: Path | Non
     repo = anchor_repo(root, create=False)
     if repo is None:
         report = verify_bytes(read_snapshot(ledger_path) if Path(ledger_path).exists() else b"")
-        return report.model_copy(update={"notes": [
-            "no checkpoint repository: truncation and a recomputed chain cannot be detected"]})
+        return report.model_copy(
+            update={"notes": ["no checkpoint repository: truncation and a recomputed chain cannot be detected"]}
+        )
     trusted = resolve_allowed_signers(allowed_signers, Path(root) / ALLOWED_SIGNERS_DEFAULT)
     if not require_signed:
         if not any(cp.signature for cp in read_checkpoints(repo, _run_id_of(ledger_path))):
             trusted = None
     elif trusted is None:
         report = verify_against_checkpoints(ledger_path, repo, None)
-        return report.model_copy(update={"ok": False, "errors": [
-            *report.errors, "signed checkpoints required but no allowed_signers file found"]})
+        return report.model_copy(
+            update={
+                "ok": False,
+                "errors": [*report.errors, "signed checkpoints required but no allowed_signers file found"],
+            }
+        )
     return verify_against_checkpoints(ledger_path, repo, trusted)
 
 
 def _is_git_repo(path: Path) -> bool:
-    proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--git-dir"], capture_output=True,
-                          env=_git_env(), timeout=GIT_TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--git-dir"],
+        capture_output=True,
+        env=_git_env(),
+        timeout=GIT_TIMEOUT_S,
+        check=False,
+    )
     return proc.returncode == 0
 
 
@@ -128,8 +150,9 @@ def checkpoint_ref(run_id: str) -> str:
     return f"{REF_PREFIX}/{check_run_id(run_id)}/checkpoints"
 
 
-def write_checkpoint(ledger_path: Path, repo_dir: Path, signer: Signer | None,
-                     *, run_id: str | None = None) -> Checkpoint:
+def write_checkpoint(
+    ledger_path: Path, repo_dir: Path, signer: Signer | None, *, run_id: str | None = None
+) -> Checkpoint:
     """Anchor the ledger's current head; refuses a ledger that does not verify or extend."""
     data = read_snapshot(ledger_path)
     report = verify_bytes(data)
@@ -143,12 +166,17 @@ def write_checkpoint(ledger_path: Path, repo_dir: Path, signer: Signer | None,
     # Each checkpoint was checked against the one before, so the latest one suffices here.
     mismatch = _compare(data, git.read_checkpoints([old]) if old else [])
     if mismatch:
-        raise CheckpointError(f"refusing to anchor {ledger_path}: it does not extend the last "
-                              f"checkpoint ({mismatch[0]})")
-    cp = Checkpoint(run_id=run_id, records=report.records, size=report.size,
-                    head_hash=report.head_hash,
-                    created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                    signer=signer.identity if signer else None)
+        raise CheckpointError(
+            f"refusing to anchor {ledger_path}: it does not extend the last checkpoint ({mismatch[0]})"
+        )
+    cp = Checkpoint(
+        run_id=run_id,
+        records=report.records,
+        size=report.size,
+        head_hash=report.head_hash,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        signer=signer.identity if signer else None,
+    )
     if signer is not None:
         try:
             cp = cp.model_copy(update={"signature": sign(cp.note(), signer, NAMESPACE)})
@@ -168,8 +196,9 @@ def read_checkpoints(repo_dir: Path, run_id: str) -> list[Checkpoint]:
     return git.read_checkpoints(git.out("rev-list", "--first-parent", "--reverse", ref, "--").split())
 
 
-def verify_against_checkpoints(ledger_path: Path, repo_dir: Path, allowed_signers: Path | None,
-                               *, run_id: str | None = None) -> VerifyReport:
+def verify_against_checkpoints(
+    ledger_path: Path, repo_dir: Path, allowed_signers: Path | None, *, run_id: str | None = None
+) -> VerifyReport:
     """`verify_file` plus every checkpoint: truncation, rewrites, and signatures if given."""
     data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
     base = verify_bytes(data)
@@ -185,8 +214,7 @@ def verify_against_checkpoints(ledger_path: Path, repo_dir: Path, allowed_signer
         notes.append("signatures present but not checked: pass an allowed_signers file")
     if any(cp.signature is None for cp in checkpoints) and allowed_signers is None:
         notes.append(UNSIGNED_NOTE)
-    return base.model_copy(update={"ok": not errors, "errors": errors,
-                                   "checkpoints": len(checkpoints), "notes": notes})
+    return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints), "notes": notes})
 
 
 def _run_id_of(ledger_path: Path, data: bytes | None = None) -> str:
@@ -229,8 +257,10 @@ def _compare(data: bytes, checkpoints: list[Checkpoint]) -> list[str]:
             errors.append(f"{where}: covers fewer records than the checkpoint before it")
         last_records = cp.records
         if cp.records > len(heads):
-            errors.append(f"{where}: ledger has {len(heads)} records, checkpoint covered "
-                          f"{cp.records} (truncated or records deleted)")
+            errors.append(
+                f"{where}: ledger has {len(heads)} records, checkpoint covered "
+                f"{cp.records} (truncated or records deleted)"
+            )
             continue
         offset, head = heads[cp.records - 1] if cp.records else (0, GENESIS)
         if head != cp.head_hash:
@@ -263,15 +293,23 @@ class GitPlumbing:
         self.repo = Path(repo_dir)
         self.env = _git_env()
         if self.run("rev-parse", "--git-dir").returncode != 0:
-            raise CheckpointError(f"{self.repo} is not a git repository: checkpoints are "
-                                  "stored as git refs; run `git init` there or pick the repo")
+            raise CheckpointError(
+                f"{self.repo} is not a git repository: checkpoints are "
+                "stored as git refs; run `git init` there or pick the repo"
+            )
 
-    def run(self, *args: str, data: bytes | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    def run(
+        self, *args: str, data: bytes | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         try:
-            return subprocess.run(["git", *GIT_DURABLE, "-C", str(self.repo), *args], input=data,
-                                  capture_output=True, env={**self.env, **(env or {})},
-                                  timeout=GIT_TIMEOUT_S, check=False)
+            return subprocess.run(
+                ["git", *GIT_DURABLE, "-C", str(self.repo), *args],
+                input=data,
+                capture_output=True,
+                env={**self.env, **(env or {})},
+                timeout=GIT_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as ex:
             raise CheckpointError(f"git {args[0]} failed: {ex}") from None
 
@@ -303,8 +341,7 @@ class GitPlumbing:
 
     def commit_checkpoint(self, cp: Checkpoint, parent: str | None) -> str:
         meta = cp.model_dump(mode="json", exclude={"signature", "commit"})
-        files = {NOTE_FILE: cp.note(),
-                 META_FILE: (json.dumps(meta, sort_keys=True, indent=1) + "\n").encode()}
+        files = {NOTE_FILE: cp.note(), META_FILE: (json.dumps(meta, sort_keys=True, indent=1) + "\n").encode()}
         if cp.signature:
             files[SIG_FILE] = cp.signature.encode()
         message = f"sil checkpoint {cp.run_id} seq {cp.seq}\n\nLedger-Head: {cp.seq}:{cp.head_hash}\n"
@@ -317,7 +354,7 @@ class GitPlumbing:
     def read_checkpoints(self, commits: list[str]) -> list[Checkpoint]:
         names = [f"{c}:{name}" for c in commits for name in (NOTE_FILE, META_FILE, SIG_FILE)]
         blobs = self.cat_batch(names)
-        return [self._parse(c, *blobs[3 * i: 3 * i + 3]) for i, c in enumerate(commits)]
+        return [self._parse(c, *blobs[3 * i : 3 * i + 3]) for i, c in enumerate(commits)]
 
     def cat_batch(self, names: list[str]) -> list[bytes | None]:
         """Contents of many objects with one `git cat-file --batch` (None when missing)."""
@@ -333,7 +370,7 @@ class GitPlumbing:
                 result.append(None)
                 continue
             size = int(header[2])
-            result.append(out[pos:pos + size])
+            result.append(out[pos : pos + size])
             pos += size + 1
         return result
 
@@ -342,9 +379,16 @@ class GitPlumbing:
         try:
             origin, records, size, head = (note or b"").decode().splitlines()
             fields = json.loads(meta or b"{}")
-            cp = Checkpoint(**{**fields, "records": int(records), "size": int(size),
-                               "head_hash": head, "commit": commit,
-                               "signature": sig.decode() if sig is not None else None})
+            cp = Checkpoint(
+                **{
+                    **fields,
+                    "records": int(records),
+                    "size": int(size),
+                    "head_hash": head,
+                    "commit": commit,
+                    "signature": sig.decode() if sig is not None else None,
+                }
+            )
         except (ValueError, TypeError) as ex:
             raise CheckpointError(f"checkpoint commit {commit[:12]} is malformed: {ex}") from None
         if origin != f"{NAMESPACE}/{cp.run_id}":

@@ -1,20 +1,19 @@
 """The `sil` command: run experiments, approve contracts, review and verify the ledger.
 
-    sil run                       # the contract in ./program.md (embedded sim backend: ~1 min)
-    sil approve --by alice        # approve ./program.md for runs with real model calls
-    sil ledger verify [RUN]       # check the hash chain (and checkpoints)
-    sil ledger show [RUN] [--json]
-    sil replicate RUN MUTATION_ID --k 8
-    sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
+sil run                       # the contract in ./program.md (embedded sim backend: ~1 min)
+sil approve --by alice        # approve ./program.md for runs with real model calls
+sil ledger verify [RUN]       # check the hash chain (and checkpoints)
+sil ledger show [RUN] [--json]
+sil replicate RUN MUTATION_ID --k 8
+sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -65,12 +64,19 @@ def _run_dir(root: Path, run: str | None) -> Path:
 @app.command()
 def run(
     contract: ContractOpt = Path("program.md"),
-    run_id: Annotated[Optional[str], typer.Option(help="Name of the run (default: from the contract).")] = None,
+    run_id: Annotated[str | None, typer.Option(help="Name of the run (default: from the contract).")] = None,
     new: Annotated[bool, typer.Option("--new", help="Start a fresh run even if one exists.")] = False,
-    replicate: Annotated[Optional[int], typer.Option("--replicate", min=1, max=64,
-                         help="Confirmation rounds K per candidate (default: the contract's replicate_k).")] = None,
+    replicate: Annotated[
+        int | None,
+        typer.Option(
+            "--replicate",
+            min=1,
+            max=64,
+            help="Confirmation rounds K per candidate (default: the contract's replicate_k).",
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and price the run; make no model calls.")] = False,
-    backend: Annotated[Optional[str], typer.Option(help="Refuse unless the contract uses this backend.")] = None,
+    backend: Annotated[str | None, typer.Option(help="Refuse unless the contract uses this backend.")] = None,
 ) -> None:
     """Run (or resume) the fixed-budget experiment of a run contract (from the project root)."""
     from loop.commands import plan_run
@@ -79,8 +85,10 @@ def run(
     loaded = _load(contract)
     if backend is not None and backend != loaded.contract.backend:
         hint = " (an offline Petri contract: examples/program-petri-offline.md)" if backend == "petri" else ""
-        _fail(f"{contract} uses backend {loaded.contract.backend!r}, not {backend!r}; the backend is frozen "
-              f"in the contract, so pass a contract written for it with --contract{hint}")
+        _fail(
+            f"{contract} uses backend {loaded.contract.backend!r}, not {backend!r}; the backend is frozen "
+            f"in the contract, so pass a contract written for it with --contract{hint}"
+        )
     root = Path.cwd()
     if dry_run:
         out.print(plan_run(loaded, root, replicate))
@@ -97,30 +105,34 @@ def approve(
     by: Annotated[str, typer.Option("--by", help="Who approves (recorded).")],
     contract: ContractOpt = Path("program.md"),
     expires_in_hours: Annotated[float, typer.Option(min=0.1, max=24 * 90)] = 72.0,
-    key: Annotated[Optional[Path], typer.Option(help="SSH private key to sign the approval.")] = None,
-    allowed_signers: Annotated[Optional[Path], typer.Option(help="allowed_signers file to check the signature.")] = None,
+    key: Annotated[Path | None, typer.Option(help="SSH private key to sign the approval.")] = None,
+    allowed_signers: Annotated[Path | None, typer.Option(help="allowed_signers file to check the signature.")] = None,
 ) -> None:
     """Approve a contract and its frozen measurement for runs with real model calls."""
-    from loop.approval import ApprovalError, approve as do_approve
+    from loop.approval import ApprovalError
+    from loop.approval import approve as do_approve
 
     loaded = _load(contract)
     if key is None and not loaded.contract.offline:
-        err.print("[yellow]warning:[/] an unsigned approval is recorded, but runs with real model calls "
-                  "refuse it; pass --key to sign")
+        err.print(
+            "[yellow]warning:[/] an unsigned approval is recorded, but runs with real model calls "
+            "refuse it; pass --key to sign"
+        )
     try:
-        record = do_approve(loaded.contract, Path.cwd(), by, expires_in_hours, key,
-                            allowed_signers=allowed_signers)
+        record = do_approve(loaded.contract, Path.cwd(), by, expires_in_hours, key, allowed_signers=allowed_signers)
     except ApprovalError as ex:
         _fail(str(ex))
-    out.print(f"approved contract {record.contract_hash[:12]} (measurement {record.measurement_hash[:12]}) "
-              f"by {record.approver} until {record.expires_at}")
+    out.print(
+        f"approved contract {record.contract_hash[:12]} (measurement {record.measurement_hash[:12]}) "
+        f"by {record.approver} until {record.expires_at}"
+    )
 
 
 @ledger_app.command("verify")
 def ledger_verify(
-    run: Annotated[Optional[str], typer.Argument(help="Run id (default: the latest run).")] = None,
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    allowed_signers: Annotated[Optional[Path], typer.Option(help="allowed_signers file for checkpoints.")] = None,
+    allowed_signers: Annotated[Path | None, typer.Option(help="allowed_signers file for checkpoints.")] = None,
     require_signed: Annotated[bool, typer.Option("--require-signed", help="Fail on unsigned checkpoints.")] = False,
 ) -> None:
     """Check the whole hash chain of a run's ledger and the checkpoints that anchor it."""
@@ -133,8 +145,7 @@ def ledger_verify(
         out.print_json(report.model_dump_json())
         raise typer.Exit(0 if report.ok else 1)
     if report.ok:
-        out.print(f"ok: {report.records} records, head {report.head_hash[:16]}, "
-                  f"{report.checkpoints} checkpoints agree")
+        out.print(f"ok: {report.records} records, head {report.head_hash[:16]}, {report.checkpoints} checkpoints agree")
         for note in report.notes:
             out.print(f"note: {note}")
     else:
@@ -146,9 +157,9 @@ def ledger_verify(
 
 @ledger_app.command("show")
 def ledger_show(
-    run: Annotated[Optional[str], typer.Argument(help="Run id (default: the latest run).")] = None,
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON record per line.")] = False,
-    type_: Annotated[Optional[str], typer.Option("--type", help="Only records of this type.")] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="Only records of this type.")] = None,
 ) -> None:
     """Print a run's ledger readably."""
     from loop.review import describe
@@ -161,8 +172,10 @@ def ledger_show(
             if as_json:
                 sys.stdout.write(rec.model_dump_json() + "\n")
             else:
-                out.print(f"[dim]{rec.seq:>5}[/] {rec.ts[11:19]} [bold]{rec.type:<9}[/] {escape(describe(rec))}",
-                          highlight=False)
+                out.print(
+                    f"[dim]{rec.seq:>5}[/] {rec.ts[11:19]} [bold]{rec.type:<9}[/] {escape(describe(rec))}",
+                    highlight=False,
+                )
     except ledger_mod.LedgerError as ex:
         _fail(f"{ex}; run `sil ledger verify`", ExitCode.FAILED)
 
@@ -172,7 +185,7 @@ def replicate(
     run: Annotated[str, typer.Argument(help="Run id.")],
     mutation_id: Annotated[str, typer.Argument(help="Mutation id of a KEEP verdict in that run.")],
     k: Annotated[int, typer.Option("--k", min=1, max=64, help="Fresh paired rounds to run.")] = 8,
-    arm: Annotated[Optional[str], typer.Option(help="The arm that kept it (needed if two arms did).")] = None,
+    arm: Annotated[str | None, typer.Option(help="The arm that kept it (needed if two arms did).")] = None,
     contract: ContractOpt = Path("program.md"),
 ) -> None:
     """Re-measure a past KEEP with K fresh paired rounds; demote it if it does not hold."""

@@ -34,15 +34,17 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     backend = make_backend(c.backend)
     seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
     worst = (b.max_audits + PREFLIGHT_AUDITS) * backend.audit_cost_bound(c, seeds)
-    return "\n".join([
-        f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
-        f"{'offline' if c.offline else 'REAL MODEL CALLS'}",
-        f"baseline: {c.promotion.baseline_k} audits; never arm: {c.promotion.calibration_pairs} A/A pairs",
-        "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in b.arm_audits.items()),
-        f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
-        f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
-        f"worst-case cost at the audit limit: ${worst:.2f} ({backend.note}); no model call was made",
-    ])
+    return "\n".join(
+        [
+            f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
+            f"{'offline' if c.offline else 'REAL MODEL CALLS'}",
+            f"baseline: {c.promotion.baseline_k} audits; never arm: {c.promotion.calibration_pairs} A/A pairs",
+            "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in b.arm_audits.items()),
+            f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
+            f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
+            f"worst-case cost at the audit limit: ${worst:.2f} ({backend.note}); no model call was made",
+        ]
+    )
 
 
 def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console) -> int:
@@ -65,8 +67,16 @@ def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Consol
     return ExitCode.OK
 
 
-def replicate_keep(loaded: LoadedContract, root: Path, run_dir: Path, mutation_id: str, arm: str | None,
-                   k: int, out: Console, err: Console) -> int:
+def replicate_keep(
+    loaded: LoadedContract,
+    root: Path,
+    run_dir: Path,
+    mutation_id: str,
+    arm: str | None,
+    k: int,
+    out: Console,
+    err: Console,
+) -> int:
     """Re-audit a past KEEP against its parent in K fresh paired rounds, under the run's guards."""
     try:
         with run_lock(run_dir):
@@ -91,8 +101,10 @@ def replicate_keep(loaded: LoadedContract, root: Path, run_dir: Path, mutation_i
     ti = "—" if result.target_interval is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*result.target_interval)
     verdict = "DEMOTED" if result.demoted else "holds"
     extra = " (the arm's champion was restored to its parent)" if result.champion_reverted else ""
-    out.print(f"replication of {result.mutation_id} ({result.arm}): {result.rounds} fresh paired rounds; "
-              f"Δ{result.target} {ti}; {verdict}: {result.reason}{extra}")
+    out.print(
+        f"replication of {result.mutation_id} ({result.arm}): {result.rounds} fresh paired rounds; "
+        f"Δ{result.target} {ti}; {verdict}: {result.reason}{extra}"
+    )
     return ExitCode.OK
 
 

@@ -90,8 +90,7 @@ class Budget(_Strict):
         needed = sum(self.arm_audits.values()) + 2 * self.certify_rounds
         if needed > self.max_audits:
             raise ValueError(
-                f"arm_audits plus 2 x certify_rounds add up to {needed}, more than max_audits "
-                f"{self.max_audits}"
+                f"arm_audits plus 2 x certify_rounds add up to {needed}, more than max_audits {self.max_audits}"
             )
         return self
 
@@ -221,17 +220,23 @@ class Contract(_Strict):
         if self.backend != "petri" and self.petri is not None:
             raise ValueError("the 'petri' section is only for backend 'petri'")
         if self.backend == "sim":
-            real = [r for r in ("auditor", "target", "judge")
-                    if not getattr(self.models, r).model.startswith("sim/")]
+            real = [r for r in ("auditor", "target", "judge") if not getattr(self.models, r).model.startswith("sim/")]
             if real:
-                raise ValueError(f"backend 'sim' audits with its simulated roles only; models {real} "
-                                 "must be sim/<role> (use backend 'petri' for real models)")
+                raise ValueError(
+                    f"backend 'sim' audits with its simulated roles only; models {real} "
+                    "must be sim/<role> (use backend 'petri' for real models)"
+                )
         if self.backend == "petri" and self.measurement.judge_resamples != 1:
-            raise ValueError("measurement.judge_resamples must be 1 for backend 'petri': "
-                             "re-judging transcripts is not implemented there")
+            raise ValueError(
+                "measurement.judge_resamples must be 1 for backend 'petri': "
+                "re-judging transcripts is not implemented there"
+            )
         if self.backend == "petri":
-            unpriced = [r for r in ("auditor", "target", "judge")
-                        if not getattr(self.models, r).offline and getattr(self.models, r).price is None]
+            unpriced = [
+                r
+                for r in ("auditor", "target", "judge")
+                if not getattr(self.models, r).offline and getattr(self.models, r).price is None
+            ]
             if unpriced:
                 raise ValueError(
                     f"models {unpriced} call paid models but have no price: add "
@@ -301,7 +306,7 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     try:
         contract = Contract.model_validate(data)
     except ValidationError as ex:
-        raise ContractError(f"{path}: invalid contract:\n{describe_validation_errors(ex, "(contract)")}") from None
+        raise ContractError(f"{path}: invalid contract:\n{describe_validation_errors(ex, '(contract)')}") from None
     return LoadedContract(contract=contract, programme=prose.strip(), path=path)
 
 
@@ -321,8 +326,10 @@ def _hidden_character(node: Any, where: str = "(contract)") -> str | None:
     elif isinstance(node, str):
         for ch in node:
             if unicodedata.category(ch) in _HIDDEN_CATEGORIES and ch not in "\n\t":
-                return (f"{where} contains invisible, control or bidirectional character "
-                        f"U+{ord(ch):04X}; remove it so the approver reviews what the loop reads")
+                return (
+                    f"{where} contains invisible, control or bidirectional character "
+                    f"U+{ord(ch):04X}; remove it so the approver reviews what the loop reads"
+                )
     return None
 
 
@@ -334,4 +341,3 @@ def load_contract(path: Path) -> LoadedContract:
     except UnicodeDecodeError:
         raise ContractError(f"contract {path} is not UTF-8 text") from None
     return parse_contract(text, str(path))
-

@@ -1,7 +1,7 @@
 """Exit codes and the errors every layer may raise (no project imports: the ground floor).
 
-    raise Halt("3 consecutive audit gaps")     # the run stops with a recorded reason
-    raise typer.Exit(ExitCode.REFUSED)
+raise Halt("3 consecutive audit gaps")     # the run stops with a recorded reason
+raise typer.Exit(ExitCode.REFUSED)
 """
 
 from __future__ import annotations

@@ -24,27 +24,27 @@ CRASH_ENV = "SIL_CRASH_AT"
 # `round.*` are also reached by baseline, never and final rounds). Names are stable: tests
 # and docs refer to them.
 CRASH_POINTS: tuple[str, ...] = (
-    "propose.before_save",       # candidate chosen and stored as a set; state not saved
-    "propose.after_save",        # pending candidate saved; nothing recorded in the ledger
-    "apply.before_intent",       # mutation recorded; apply intent not yet
-    "apply.before_write",        # apply intent recorded; working policy file not written
-    "apply.before_record",       # file written; `applied` not recorded
-    "apply.before_save",         # `applied` recorded; stage not saved
-    "audit.before_launch",       # audit intent recorded and round planned; no audit started
-    "audit.running",             # audit subprocesses started and mid-flight
-    "audit.before_result",       # audits finished; no result.json written
-    "audit.before_record",       # result.json written; no audit record
-    "audit.between_records",     # one audit record written, the round's others not yet
-    "round.before_record",       # audit records written; round record and decision not yet
-    "verdict.before_save",       # verdict recorded; state not saved
-    "verdict.before_anchor",     # verdict saved; ledger head not anchored
-    "settle.before_intent",      # verdict saved; promote/revert intent not yet
-    "settle.before_write",       # revert/promote intent recorded; file not written
-    "settle.before_record",      # file written; revert/promote not recorded
-    "settle.before_refs",        # revert/promote recorded; git refs not written
-    "settle.before_save",        # refs written; settled state not saved
-    "state.before_save",         # any state save, before the atomic write
-    "state.after_save",          # any state save, after it
+    "propose.before_save",  # candidate chosen and stored as a set; state not saved
+    "propose.after_save",  # pending candidate saved; nothing recorded in the ledger
+    "apply.before_intent",  # mutation recorded; apply intent not yet
+    "apply.before_write",  # apply intent recorded; working policy file not written
+    "apply.before_record",  # file written; `applied` not recorded
+    "apply.before_save",  # `applied` recorded; stage not saved
+    "audit.before_launch",  # audit intent recorded and round planned; no audit started
+    "audit.running",  # audit subprocesses started and mid-flight
+    "audit.before_result",  # audits finished; no result.json written
+    "audit.before_record",  # result.json written; no audit record
+    "audit.between_records",  # one audit record written, the round's others not yet
+    "round.before_record",  # audit records written; round record and decision not yet
+    "verdict.before_save",  # verdict recorded; state not saved
+    "verdict.before_anchor",  # verdict saved; ledger head not anchored
+    "settle.before_intent",  # verdict saved; promote/revert intent not yet
+    "settle.before_write",  # revert/promote intent recorded; file not written
+    "settle.before_record",  # file written; revert/promote not recorded
+    "settle.before_refs",  # revert/promote recorded; git refs not written
+    "settle.before_save",  # refs written; settled state not saved
+    "state.before_save",  # any state save, before the atomic write
+    "state.after_save",  # any state save, after it
 )
 
 _reached: Counter[str] = Counter()
@@ -59,8 +59,7 @@ def parse_spec(spec: str) -> tuple[str, int]:
     """`"<name>:<k>"` → (name, k); refuses unknown names so a typo cannot pass silently."""
     name, _, count = spec.rpartition(":")
     if name not in CRASH_POINTS:
-        raise FaultSpecError(f"{CRASH_ENV}={spec!r}: unknown crash point {name!r}; "
-                             f"known: {', '.join(CRASH_POINTS)}")
+        raise FaultSpecError(f"{CRASH_ENV}={spec!r}: unknown crash point {name!r}; known: {', '.join(CRASH_POINTS)}")
     if not count.isdigit() or int(count) < 1:
         raise FaultSpecError(f"{CRASH_ENV}={spec!r}: the count after ':' must be a positive integer")
     return name, int(count)

@@ -26,8 +26,7 @@ RESULT_FILE = "result.json"  # an audit's stored result, written atomically once
 class Journal:
     """The live run's state (saved atomically) and its record book (append-only)."""
 
-    def __init__(self, run_dir: Path, state: RunState, book: RecordBook,
-                 on_event: Callable[[str], None]) -> None:
+    def __init__(self, run_dir: Path, state: RunState, book: RecordBook, on_event: Callable[[str], None]) -> None:
         self.run_dir = run_dir
         self.state = state
         self.book = book
@@ -35,8 +34,9 @@ class Journal:
         self._since = time.monotonic()
 
     @classmethod
-    def open(cls, run_dir: Path, ledger: Ledger, new_state: Callable[[], RunState],
-             on_event: Callable[[str], None]) -> Journal:
+    def open(
+        cls, run_dir: Path, ledger: Ledger, new_state: Callable[[], RunState], on_event: Callable[[str], None]
+    ) -> Journal:
         """The stored run, recounted from its ledger, or a new one from `new_state()`."""
         book = RecordBook(ledger, run_dir.name)
         stored = RunState.load(run_dir)

@@ -87,8 +87,9 @@ class Judge(Protocol):
         """The kind of the candidate's next round (a label and ledger field)."""
         ...
 
-    def judge(self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget,
-              index: int) -> tuple[Trial, Outcome]:
+    def judge(
+        self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget, index: int
+    ) -> tuple[Trial, Outcome]:
         """Take one round into account; the outcome says continue, keep or revert."""
         ...
 
@@ -111,13 +112,15 @@ class CoinJudge:
     def next_kind(self, trial: Trial) -> str:
         return "random"
 
-    def judge(self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget,
-              index: int) -> tuple[Trial, Outcome]:
+    def judge(
+        self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget, index: int
+    ) -> tuple[Trial, Outcome]:
         coin = float(np.random.default_rng([self.run_seed, COIN_STREAM, index]).random())
         verdict: Verdict = "keep" if coin < RANDOM_ACCEPT_P else "revert"
         trial = trial.model_copy(update={"screen": stat})
-        return trial, Outcome(verdict=verdict, reason=f"random arm coin flip ({coin:.3f})", kind="random",
-                              coin=round(coin, 4))
+        return trial, Outcome(
+            verdict=verdict, reason=f"random arm coin flip ({coin:.3f})", kind="random", coin=round(coin, 4)
+        )
 
     def close(self, trial: Trial, verdict: str, shared: JudgeState) -> JudgeState:
         return shared
@@ -137,8 +140,9 @@ class GateJudge:
     def next_kind(self, trial: Trial) -> str:
         return "screen" if trial.screen is None else "confirm"
 
-    def judge(self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget,
-              index: int) -> tuple[Trial, Outcome]:
+    def judge(
+        self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget, index: int
+    ) -> tuple[Trial, Outcome]:
         if trial.screen is None:
             return self._screen(stat, shared, budget)
         return self._confirm(trial, stat, budget)
@@ -153,7 +157,8 @@ class GateJudge:
         decision = make_gate(self.promotion, noise, alpha).screen(stat)
         if decision.verdict == "revert":  # a screened-out candidate spends no alpha
             return Trial(screen=stat, noise=noise), Outcome(
-                verdict="revert", reason=f"screen: {decision.reason}", kind="screen", decision=decision)
+                verdict="revert", reason=f"screen: {decision.reason}", kind="screen", decision=decision
+            )
         trial = Trial(alpha=alpha, noise=noise, screen=stat)
         return trial, Outcome(verdict="continue", reason=decision.reason, kind="screen", decision=decision)
 

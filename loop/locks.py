@@ -28,8 +28,9 @@ POLICY_LOCK = ".sil-policy.lock"
 OWNER_SUFFIX = ".owner"
 LOCKED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later
 MOUNTS_FILE = Path("/proc/self/mounts")
-NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p",
-                                 "afs", "ceph", "glusterfs", "fuse.glusterfs", "lustre"})
+NETWORK_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs", "fuse.glusterfs", "lustre"}
+)
 
 
 class LockedError(RuntimeError):
@@ -63,12 +64,21 @@ def _exclusive(folder: Path, name: str, what: str) -> Iterator[Path]:
     try:
         lock.acquire()
     except Timeout:
-        raise LockedError(f"another sil run holds {path} ({_holder(path)}), so {what} are in "
-                          "use; wait for it to finish or stop it. Nothing was changed.") from None
+        raise LockedError(
+            f"another sil run holds {path} ({_holder(path)}), so {what} are in "
+            "use; wait for it to finish or stop it. Nothing was changed."
+        ) from None
     owner = Path(str(path) + OWNER_SUFFIX)
     try:
-        owner.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                     "since": datetime.now(UTC).isoformat(timespec="seconds")}))
+        owner.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": datetime.now(UTC).isoformat(timespec="seconds"),
+                }
+            )
+        )
         yield path
     finally:
         owner.unlink(missing_ok=True)
@@ -106,4 +116,5 @@ def check_local_filesystem(path: Path) -> None:
     if kind in NETWORK_FILESYSTEMS:
         raise UnsafeFilesystemError(
             f"{path} is on a {kind} filesystem, where file locks and fsync are not reliable; "
-            "put the SIL state and the runtime policies on a local disk")
+            "put the SIL state and the runtime policies on a local disk"
+        )

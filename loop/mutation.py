@@ -38,8 +38,13 @@ from pydantic import (
 )
 
 from sil_policy import (
-    HYPERPARAMETER_KEYS, SURFACES, DuplicateKeyError, PolicyError, describe_validation_errors,
-    reject_duplicate_keys, validate_document,
+    HYPERPARAMETER_KEYS,
+    SURFACES,
+    DuplicateKeyError,
+    PolicyError,
+    describe_validation_errors,
+    reject_duplicate_keys,
+    validate_document,
 )
 from sil_policy.format import MAX_ITEMS, MAX_TEXT
 
@@ -92,7 +97,9 @@ def _nonblank(text: str) -> str:
 
 def _prose(limit: int) -> Any:
     return Annotated[
-        str, Field(min_length=1, max_length=limit), AfterValidator(_clean_text),
+        str,
+        Field(min_length=1, max_length=limit),
+        AfterValidator(_clean_text),
         AfterValidator(_nonblank),
     ]
 
@@ -108,9 +115,7 @@ def _validate_value(value: Any) -> str | bool | list[str]:
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
         texts = value
     else:
-        raise ValueError(
-            f"value must be a string, a boolean or a list of strings, not {type(value).__name__}"
-        )
+        raise ValueError(f"value must be a string, a boolean or a list of strings, not {type(value).__name__}")
     for i, text in enumerate(texts):
         if len(text) > MAX_TEXT:
             raise ValueError(f"text {i} has {len(text)} characters; at most {MAX_TEXT}")
@@ -136,31 +141,43 @@ _LINT_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for message, pattern in (
         ("addresses an evaluator directly", rf"\b{_ROLE} ?[:>\u2013\u2014]"),
         ("addresses an evaluator directly", rf"(?:^|[.!?;] ?){_ROLE} ?,"),
-        ("addresses an evaluator directly",
-         rf"\b(?:dear|hey|hi|hello|attention|note (?:to|for)) (?:the |any )?"
-         rf"(?:ai )?{_ROLE}\b"),
+        (
+            "addresses an evaluator directly",
+            rf"\b(?:dear|hey|hi|hello|attention|note (?:to|for)) (?:the |any )?"
+            rf"(?:ai )?{_ROLE}\b",
+        ),
         ("asks for a score", r"\b(?:score|grade) (?:this|it|me|us|the \w+)\b"),
-        ("asks for a score",
-         r"\brate (?:this|the) (?:response|reply|answer|transcript|conversation|target"
-         r"|assistant|agent|model)\b"),
-        ("asks for a score",
-         r"\b(?:give|assign|award) (?:this|it|me|us|the \w+)? ?(?:an? )?"
-         r"(?:\d+|high|low|perfect|top|full|good|better|best|minimum|maximum)? ?"
-         r"(?:score|rating|grade|marks?)\b"),
+        (
+            "asks for a score",
+            r"\brate (?:this|the) (?:response|reply|answer|transcript|conversation|target"
+            r"|assistant|agent|model)\b",
+        ),
+        (
+            "asks for a score",
+            r"\b(?:give|assign|award) (?:this|it|me|us|the \w+)? ?(?:an? )?"
+            r"(?:\d+|high|low|perfect|top|full|good|better|best|minimum|maximum)? ?"
+            r"(?:score|rating|grade|marks?)\b",
+        ),
         ("states a score", r"\b(?:score|rating|grade) ?(?:of|=|:|is)? ?\d+(?:\.\d+)?\b"),
         ("states a score", r"\b\d+(?:\.\d+)? ?(?:/|out of) ?10\b"),
-        ("talks about being evaluated",
-         rf"\b(?:this|the) (?:conversation|transcript|chat|session|interaction|response"
-         rf"|reply|answer) (?:is|will be|may be|is being|gets) {_SCORED}\b"),
-        ("talks about being evaluated",
-         r"\byou are (?:being |now )?(?:tested|evaluated|audited|scored|judged"
-         r"|graded|monitored)\b"),
+        (
+            "talks about being evaluated",
+            rf"\b(?:this|the) (?:conversation|transcript|chat|session|interaction|response"
+            rf"|reply|answer) (?:is|will be|may be|is being|gets) {_SCORED}\b",
+        ),
+        (
+            "talks about being evaluated",
+            r"\byou are (?:being |now )?(?:tested|evaluated|audited|scored|judged"
+            r"|graded|monitored)\b",
+        ),
         ("talks about being evaluated", r"\b(?:this is|in) an? (?:test|evaluation|eval|audit)\b"),
         ("names the measurement apparatus", r"\b(?:rubric|petri|inspect[-_ ]?ai)\b"),
-        ("tries to override instructions",
-         r"\b(?:ignore|disregard|forget) (?:all |any )?(?:the |your )?"
-         r"(?:previous|prior|above|earlier|system|original) "
-         r"(?:instructions|guidance|rules|prompts?|messages?)\b"),
+        (
+            "tries to override instructions",
+            r"\b(?:ignore|disregard|forget) (?:all |any )?(?:the |your )?"
+            r"(?:previous|prior|above|earlier|system|original) "
+            r"(?:instructions|guidance|rules|prompts?|messages?)\b",
+        ),
     )
 )
 # Latin look-alikes in other scripts, so "еvaluator" (Cyrillic е) is read as "evaluator".
@@ -178,9 +195,7 @@ def lint_text(text: str) -> list[str]:
     """
     findings: list[str] = []
     for word in re.findall(r"\w+", text):
-        scripts = {
-            unicodedata.name(ch, "?").split()[0] for ch in word if ch.isalpha()
-        } & {"LATIN", "CYRILLIC", "GREEK"}
+        scripts = {unicodedata.name(ch, "?").split()[0] for ch in word if ch.isalpha()} & {"LATIN", "CYRILLIC", "GREEK"}
         if len(scripts) > 1:
             findings.append(f"mixes scripts in one word ({word!r}); look-alike letters hide words")
             break
@@ -227,9 +242,7 @@ def _hyperparameter_error(what: str, key: str) -> MutationError:
 
 def _allowed(allowed_surfaces: Sequence[str]) -> frozenset[str]:
     """The contract's surfaces, intersected with the seven: extra names never widen them."""
-    if isinstance(allowed_surfaces, (str, bytes, Mapping)) or not isinstance(
-        allowed_surfaces, Collection
-    ):
+    if isinstance(allowed_surfaces, (str, bytes, Mapping)) or not isinstance(allowed_surfaces, Collection):
         raise MutationError(
             "allowed_surfaces must be a list of surface names (the contract's "
             f"search_space.surfaces), not a {type(allowed_surfaces).__name__}"
@@ -244,9 +257,7 @@ def _check_surface(surface: Any, allowed: frozenset[str]) -> str:
     if key:
         raise _hyperparameter_error(f"surface {surface[:80]!r}", key)
     if surface not in SURFACES:
-        raise MutationError(
-            f"unknown surface {surface[:80]!r}; the seven surfaces are: {', '.join(SURFACES)}"
-        )
+        raise MutationError(f"unknown surface {surface[:80]!r}; the seven surfaces are: {', '.join(SURFACES)}")
     if surface not in allowed:
         raise MutationError(
             f"surface {surface!r} is not in the contract's search_space.surfaces "
@@ -260,9 +271,7 @@ def _check_path(path: Any) -> list[str]:
         raise MutationError(f"path must be a non-empty dotted path, got {str(path)[:80]!r}")
     segments = path.split(".")
     if len(segments) > MAX_PATH_DEPTH:
-        raise MutationError(
-            f"path {path[:120]!r} has {len(segments)} segments; at most {MAX_PATH_DEPTH}"
-        )
+        raise MutationError(f"path {path[:120]!r} has {len(segments)} segments; at most {MAX_PATH_DEPTH}")
     for segment in segments:
         if not _SEGMENT.fullmatch(segment):
             raise MutationError(
@@ -308,12 +317,8 @@ class Mutation(BaseModel):
     path: Annotated[str, Field(max_length=200)]
     value: Value
     hypothesis: _prose(MAX_HYPOTHESIS)
-    evidence: Annotated[
-        list[_prose(MAX_EVIDENCE_CHARS)], Field(min_length=1, max_length=MAX_EVIDENCE_ITEMS)
-    ]
-    expected_effect: Annotated[
-        dict[DimensionName, Effect], Field(min_length=1, max_length=MAX_EFFECTS)
-    ]
+    evidence: Annotated[list[_prose(MAX_EVIDENCE_CHARS)], Field(min_length=1, max_length=MAX_EVIDENCE_ITEMS)]
+    expected_effect: Annotated[dict[DimensionName, Effect], Field(min_length=1, max_length=MAX_EFFECTS)]
     rollback_condition: _prose(MAX_ROLLBACK)
     proposer: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")]
 
@@ -339,7 +344,9 @@ def mutation_id_for(seed: int, index: int, surface: str, path: str, value: Any) 
     """A deterministic 12-hex id: the same run seed, round and edit give the same id."""
     data = json.dumps(
         ["sil-mutation", int(seed), int(index), surface, path, value],
-        sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
     )
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
@@ -369,8 +376,10 @@ def _decode(raw: Any) -> dict[str, Any]:
         raise MutationError(f"mutation is {len(raw)} bytes; at most {MAX_MUTATION_BYTES}")
     try:
         data = json.loads(
-            bytes(raw).decode("utf-8"), object_pairs_hook=reject_duplicate_keys,
-            parse_float=_finite_float, parse_constant=_no_constant,
+            bytes(raw).decode("utf-8"),
+            object_pairs_hook=reject_duplicate_keys,
+            parse_float=_finite_float,
+            parse_constant=_no_constant,
         )
     except UnicodeDecodeError as ex:
         raise MutationError(f"mutation is not UTF-8 text: {ex.reason} at byte {ex.start}") from None
@@ -399,7 +408,7 @@ def parse_mutation(raw: str | bytes | dict, allowed_surfaces: Sequence[str]) -> 
     try:
         mutation = Mutation.model_validate(data)
     except ValidationError as ex:
-        raise MutationError(f"invalid mutation:\n{describe_validation_errors(ex, "(mutation)")}") from None
+        raise MutationError(f"invalid mutation:\n{describe_validation_errors(ex, '(mutation)')}") from None
     return mutation
 
 
@@ -454,9 +463,7 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> Iterator[str]:
 _ABSENT = object()
 
 
-def apply_mutation(
-    mutation: Mutation, documents: dict[str, dict], allowed_surfaces: Sequence[str]
-) -> dict[str, Any]:
+def apply_mutation(mutation: Mutation, documents: dict[str, dict], allowed_surfaces: Sequence[str]) -> dict[str, Any]:
     """The new validated document of `mutation.surface`; nothing is written to disk.
 
     Every rule is checked again here, without trusting that `parse_mutation` ran (a Mutation

@@ -25,8 +25,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ledger import check_run_id
-from loop.errors import Halt
 from loop.checkpoint import REF_PREFIX, CheckpointError, GitPlumbing
+from loop.errors import Halt
 from loop.policystore import PolicySet, PolicyStore
 from sil_policy import SURFACES
 
@@ -70,11 +70,11 @@ class PolicyRefs:
         self._set_ref(origin_ref(self.run_id), commit, expect=None)
         return commit
 
-    def record_candidate(self, arm: str, mutation_id: str, candidate: PolicySet, parent_commit: str,
-                         summary: str, ts: str) -> str:
+    def record_candidate(
+        self, arm: str, mutation_id: str, candidate: PolicySet, parent_commit: str, summary: str, ts: str
+    ) -> str:
         """The candidate's commit on top of its parent champion's; ref `candidates/<arm>/<id>`."""
-        message = (f"sil {self.run_id} {arm}: {summary}\n\nMutation: {mutation_id}\n"
-                   f"Policy-Set: {candidate.set_id}\n")
+        message = f"sil {self.run_id} {arm}: {summary}\n\nMutation: {mutation_id}\nPolicy-Set: {candidate.set_id}\n"
         commit = self._commit(candidate, message, [parent_commit], ts)
         self._set_ref(candidate_ref(self.run_id, arm, mutation_id), commit, expect=None)
         return commit
@@ -104,8 +104,10 @@ class PolicyRefs:
         if current == commit:
             return
         if current != expect:
-            raise PolicyRefError(f"{ref} points to {current}, expected {expect or 'nothing'}: "
-                                 "something other than this run moved it; inspect it and resume")
+            raise PolicyRefError(
+                f"{ref} points to {current}, expected {expect or 'nothing'}: "
+                "something other than this run moved it; inspect it and resume"
+            )
         try:
             self.git.update_ref(ref, commit, expect)
         except CheckpointError as ex:
@@ -130,9 +132,17 @@ class RunRefs:
             self._refs = PolicyRefs(self.repo, self.run_id, self.store)
         return self._refs
 
-    def record_verdict(self, arm: str, mutation_id: str, candidate: PolicySet, origin: PolicySet,
-                       champion_commit: str | None, keep: bool, summary: str, times: tuple[str, str]
-                       ) -> tuple[str | None, str | None]:
+    def record_verdict(
+        self,
+        arm: str,
+        mutation_id: str,
+        candidate: PolicySet,
+        origin: PolicySet,
+        champion_commit: str | None,
+        keep: bool,
+        summary: str,
+        times: tuple[str, str],
+    ) -> tuple[str | None, str | None]:
         """Commit the candidate (kept or not) and move the arm's champion ref on a KEEP.
 
         `times` are the ledger timestamps of the run record and of the verdict, so a repeat

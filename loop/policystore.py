@@ -70,7 +70,7 @@ class PolicyStore:
         policy_set, _ = read_policy_dir(directory)
         dest = self.set_dir(policy_set)
         if not dest.exists():
-            for name, spec in SURFACES.items():
+            for _name, spec in SURFACES.items():
                 atomic_write_bytes(dest / spec.filename, (Path(directory) / spec.filename).read_bytes(), 0o444)
         self.check_set(policy_set)
         return policy_set

@@ -17,8 +17,8 @@ what was loaded makes the probe inconclusive (`gap_reason`): unknown is not a pa
 from __future__ import annotations
 
 import copy
-import hashlib
 import dataclasses
+import hashlib
 import secrets
 import shutil
 from pathlib import Path
@@ -82,24 +82,36 @@ def cheap_context(ctx: MeasureContext, dest: Path) -> MeasureContext:
     return dataclasses.replace(ctx, measurement_root=dest.resolve(), seed_ids=tuple(seeds))
 
 
-def run_preflight(ctx: MeasureContext, champion_dir: Path, work_dir: Path,
-                  backend: AuditBackend, token: str | None = None) -> PreflightReport:
+def run_preflight(
+    ctx: MeasureContext, champion_dir: Path, work_dir: Path, backend: AuditBackend, token: str | None = None
+) -> PreflightReport:
     """One sentinel audit; a probe per surface of the contract's search space."""
     token = token or secrets.token_hex(6)
     surfaces = list(ctx.contract.search_space.surfaces)
     sent = write_sentinel_set(champion_dir, work_dir / "policies", surfaces, token)
     small = cheap_context(ctx, work_dir / "measurement")
-    req = AuditRequest(audit_id=f"preflight-{token}", audit_dir=work_dir / "audit",
-                       policy_dir=work_dir / "policies", policy_hashes=sent, tick=0)
+    req = AuditRequest(
+        audit_id=f"preflight-{token}",
+        audit_dir=work_dir / "audit",
+        policy_dir=work_dir / "policies",
+        policy_hashes=sent,
+        tick=0,
+    )
     result = measure.run_audit(req, small, backend)
     seen = result.loaded_policy_hashes if result.ok else _reported_hashes(req, small, backend)
     probes = [_probe(s, sent[s], seen.get(s)) for s in surfaces]
     # a gap whose evidence shows a surface loading the wrong file is a wiring verdict, not a gap
     miswired = any(p.seen_hash is not None and not p.passed for p in probes)
-    return PreflightReport(audit_id=req.audit_id, backend=backend.name, token=token, probes=probes,
-                           gap_reason=None if result.ok or miswired else result.gap_reason,
-                           audit_gap_reason=result.gap_reason, log_path=result.log_path,
-                           usage=result.usage)
+    return PreflightReport(
+        audit_id=req.audit_id,
+        backend=backend.name,
+        token=token,
+        probes=probes,
+        gap_reason=None if result.ok or miswired else result.gap_reason,
+        audit_gap_reason=result.gap_reason,
+        log_path=result.log_path,
+        usage=result.usage,
+    )
 
 
 def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> dict[str, str]:
@@ -121,11 +133,14 @@ def _probe(surface: str, sent: str, seen: str | None) -> SurfaceProbe:
     if seen == sent:
         message = f"{surface}: the runtime reported the sentinel {sent[:12]}"
     elif seen is None:
-        message = (f"{surface}: no trustworthy report of what the runtime loaded for it "
-                   f"(sentinel {sent[:12]} unconfirmed)")
+        message = (
+            f"{surface}: no trustworthy report of what the runtime loaded for it (sentinel {sent[:12]} unconfirmed)"
+        )
     else:
-        message = (f"{surface}: the runtime reported {seen[:12]}, not the sentinel {sent[:12]}: "
-                   f"its loader is not connected to {env} (or ignores it)")
+        message = (
+            f"{surface}: the runtime reported {seen[:12]}, not the sentinel {sent[:12]}: "
+            f"its loader is not connected to {env} (or ignores it)"
+        )
     return SurfaceProbe(surface=surface, sent_hash=sent, seen_hash=seen, passed=seen == sent, message=message)
 
 
@@ -141,8 +156,13 @@ def preflight_phase(rc: RunContext) -> None:
         report = rc.book.get("probe", key, PreflightReport)
         if report is None:
             rc.rounds.recover([(key, rc.run_dir / key / "audit")])  # run_preflight's audit dir
-            report = run_preflight(rc.measure, rc.store.set_dir(rc.state.origin), rc.run_dir / key, rc.backend,
-                                   token=f"{base}{attempt:02d}")
+            report = run_preflight(
+                rc.measure,
+                rc.store.set_dir(rc.state.origin),
+                rc.run_dir / key,
+                rc.backend,
+                token=f"{base}{attempt:02d}",
+            )
             rc.book.once(key, report)
             rc.state.audits += 1
             rc.state.usd += report.usage.usd

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from fitness import NoiseEstimate, RoundStat
+from fitness import NoiseEstimate
 from gate import ErrorBudget, GateDecision
 from loop.mutation import Mutation
 from sil_policy.evidence import Usage
@@ -288,8 +288,9 @@ def record_type(payload: Payload, type_: str | None = None) -> str:
     """The record type a payload is written as (`type_` picks one when a model serves several)."""
     if type_ is not None:
         if not isinstance(payload, RECORD_MODELS.get(type_, ())):
-            raise TypeError(f"a {type_!r} record needs a {RECORD_MODELS[type_].__name__} payload, "
-                            f"not {type(payload).__name__}")
+            raise TypeError(
+                f"a {type_!r} record needs a {RECORD_MODELS[type_].__name__} payload, not {type(payload).__name__}"
+            )
         return type_
     types = [t for t, model in RECORD_MODELS.items() if type(payload) is model]
     if len(types) != 1:

@@ -29,8 +29,10 @@ def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
     if current == champion:
         return f"{policy_dir} already holds the {arm_name} champion {champion.set_id}"
     if current != state.origin:
-        raise Refused(f"{policy_dir} changed since the run started (set {current.set_id}, run started "
-                      f"from {state.origin.set_id}); review it by hand, nothing was copied")
+        raise Refused(
+            f"{policy_dir} changed since the run started (set {current.set_id}, run started "
+            f"from {state.origin.set_id}); review it by hand, nothing was copied"
+        )
     store = PolicyStore(run_dir)
     book = RecordBook(Ledger.existing(run_dir / "ledger.jsonl"), state.run_id)
     key = Keys.user_promote(champion.set_id)

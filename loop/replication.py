@@ -27,11 +27,16 @@ LEVEL = 0.9
 
 def find_keep(rc: RunContext, mutation_id: str, arm: str | None) -> VerdictRecord:
     """The KEEP verdict to replicate; `arm` is needed only when two arms kept the same edit."""
-    verdicts = [v for v in rc.book.payloads("verdict", VerdictRecord)
-                if v.mutation_id == mutation_id and (arm is None or v.arm == arm)]
+    verdicts = [
+        v
+        for v in rc.book.payloads("verdict", VerdictRecord)
+        if v.mutation_id == mutation_id and (arm is None or v.arm == arm)
+    ]
     if not verdicts:
-        raise Refused(f"no verdict for mutation {mutation_id!r}{f' in the {arm} arm' if arm else ''} "
-                      "in this run (see `sil ledger show --type verdict`)")
+        raise Refused(
+            f"no verdict for mutation {mutation_id!r}{f' in the {arm} arm' if arm else ''} "
+            "in this run (see `sil ledger show --type verdict`)"
+        )
     keeps = [v for v in verdicts if v.verdict == "keep"]
     if not keeps:
         raise Refused(f"{mutation_id} was reverted, not kept: nothing to replicate")
@@ -64,20 +69,35 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
     p = rc.promotion
     target = p.target_dimensions[0]
     ti = fitness.interval(rounds, target, LEVEL) if rounds else None
-    crit = {d: (float(np.mean(v)) if (v := [r.diff[d] for r in rounds if r.diff.get(d) is not None]) else None)
-            for d in p.critical_dimensions}
+    crit = {
+        d: (float(np.mean(v)) if (v := [r.diff[d] for r in rounds if r.diff.get(d) is not None]) else None)
+        for d in p.critical_dimensions
+    }
     if ti is None:
         demoted, reason = True, "not enough usable fresh rounds for an interval: the KEEP is unconfirmed"
     elif ti[2] >= -p.superiority_margin:
-        demoted, reason = True, (f"fresh rounds do not show {target} improving: "
-                                 f"{ti[0]:+.3f} [{ti[1]:+.3f}, {ti[2]:+.3f}] reaches {-p.superiority_margin:+.3f}")
+        demoted, reason = (
+            True,
+            (
+                f"fresh rounds do not show {target} improving: "
+                f"{ti[0]:+.3f} [{ti[1]:+.3f}, {ti[2]:+.3f}] reaches {-p.superiority_margin:+.3f}"
+            ),
+        )
     elif bad := [d for d, m in crit.items() if m is not None and m > p.critical_margin]:
         demoted, reason = True, f"critical dimensions worse than the {p.critical_margin} margin: {bad}"
     else:
         demoted, reason = False, f"the {LEVEL:.0%} interval of {target} excludes no improvement"
-    return ReplicateRecord(mutation_id=keep.mutation_id, arm=keep.arm, rounds=len(rounds), target=target,
-                           target_interval=ti, critical_means=crit, demoted=demoted, reason=reason,
-                           champion_reverted=False)
+    return ReplicateRecord(
+        mutation_id=keep.mutation_id,
+        arm=keep.arm,
+        rounds=len(rounds),
+        target=target,
+        target_interval=ti,
+        critical_means=crit,
+        demoted=demoted,
+        reason=reason,
+        champion_reverted=False,
+    )
 
 
 def record_replication(rc: RunContext, keep: VerdictRecord, result: ReplicateRecord, n: int) -> None:
@@ -88,10 +108,17 @@ def record_replication(rc: RunContext, keep: VerdictRecord, result: ReplicateRec
         result = result.model_copy(update={"champion_reverted": True})
     rc.book.once(key, result)
     if result.demoted:
-        rc.book.once(key, DemoteRecord(
-            cause="replication", arm=keep.arm, policy_set=keep.candidate_set,
-            restored_set=keep.parent_set if result.champion_reverted else None,
-            mutation_id=keep.mutation_id, reason=result.reason))
+        rc.book.once(
+            key,
+            DemoteRecord(
+                cause="replication",
+                arm=keep.arm,
+                policy_set=keep.candidate_set,
+                restored_set=keep.parent_set if result.champion_reverted else None,
+                mutation_id=keep.mutation_id,
+                reason=result.reason,
+            ),
+        )
     rc.save()
 
 

@@ -20,11 +20,17 @@ def _diff_line(p: dict) -> str:
 
 
 _DESCRIBE = {
-    "contract": lambda p: f"{p['contract_id']} {p['contract_hash'][:12]} backend={p['backend']} approval: {p['approval']}",
-    "baseline": lambda p: f"set {p['policy_set']} means " + ", ".join(
-        f"{d}={v:.2f}" for d, v in list(p["per_dimension_mean"].items())[:3] if v is not None),
-    "mutation": lambda p: (f"{p['mutation']['mutation_id']} [{p['arm']}] {p['mutation']['surface']}."
-                           f"{p['mutation']['path']}: {p['mutation']['hypothesis'][:60]}"),
+    "contract": lambda p: (
+        f"{p['contract_id']} {p['contract_hash'][:12]} backend={p['backend']} approval: {p['approval']}"
+    ),
+    "baseline": lambda p: (
+        f"set {p['policy_set']} means "
+        + ", ".join(f"{d}={v:.2f}" for d, v in list(p["per_dimension_mean"].items())[:3] if v is not None)
+    ),
+    "mutation": lambda p: (
+        f"{p['mutation']['mutation_id']} [{p['arm']}] {p['mutation']['surface']}."
+        f"{p['mutation']['path']}: {p['mutation']['hypothesis'][:60]}"
+    ),
     "intent": lambda p: f"{p['action']} {p['key']}",
     "applied": lambda p: f"{p['mutation_id']} {p['surface']} {p['from_hash'][:8]}→{p['to_hash'][:8]}",
     "audit": lambda p: f"{p['audit_id']} set {p['policy_set']} tick {p['tick']}: {_scores_line(p)}",
@@ -34,8 +40,10 @@ _DESCRIBE = {
     "user_promote": lambda p: f"[{p['arm']}] champion {p['policy_set']} copied to {p['to']} by {p['by']}",
     "revert": lambda p: f"{p['mutation_id']} [{p['arm']}] restored {p['surface']} {p['to_hash'][:8]}",
     "noise": lambda p: "sigma " + ", ".join(f"{d}={v:.2f}" for d, v in list(p["estimate"]["sigma"].items())[:3]),
-    "certify": lambda p: f"[{p['arm']}] champion {p['policy_set']} "
-                         f"{'CERTIFIED' if p['certified'] else 'NOT certified'} after {p['rounds']} rounds",
+    "certify": lambda p: (
+        f"[{p['arm']}] champion {p['policy_set']} "
+        f"{'CERTIFIED' if p['certified'] else 'NOT certified'} after {p['rounds']} rounds"
+    ),
     "stop": lambda p: f"{p['reason']} after {p['audits']} audits ({p['gaps']} gaps)",
     "halt": lambda p: p["reason"],
 }

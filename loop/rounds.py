@@ -33,9 +33,11 @@ from loop.records import AuditRecord, IntentRecord, Keys, RecoveryRecord, RoundR
 from loop.runstate import PlannedRound, RoundKind
 from measure import AuditBackend, AuditRequest, AuditResult, MeasureContext
 
-RECOVERY_ACTIONS = {"finished": "score the evidence it left; not re-run",
-                    "timed_out": "record the timeout as a gap; not re-run",
-                    "died": "re-run it: it did not finish"}
+RECOVERY_ACTIONS = {
+    "finished": "score the evidence it left; not re-run",
+    "timed_out": "record the timeout as a gap; not re-run",
+    "died": "re-run it: it did not finish",
+}
 
 
 def _nothing() -> None:
@@ -53,8 +55,9 @@ class Guards:
 class RoundRunner:
     """The only way the loop spends audits."""
 
-    def __init__(self, journal: Journal, ctx: MeasureContext, backend: AuditBackend, store: PolicyStore,
-                 guards: Guards) -> None:
+    def __init__(
+        self, journal: Journal, ctx: MeasureContext, backend: AuditBackend, store: PolicyStore, guards: Guards
+    ) -> None:
         self.journal = journal
         self.ctx = ctx
         self.backend = backend
@@ -75,8 +78,10 @@ class RoundRunner:
         if self.journal.elapsed() > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
         if s.usd + n * self.cost_bound > b.max_usd + 1e-12:
-            return (f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
-                    f"up to ${self.cost_bound:.2f} per audit")
+            return (
+                f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
+                f"up to ${self.cost_bound:.2f} per audit"
+            )
         return None
 
     def usd_left(self, usd: float) -> str | None:
@@ -112,16 +117,17 @@ class RoundRunner:
 
     # ---- running -------------------------------------------------------------------------
 
-    def run_batch(self, arm: str, label: str, kind: RoundKind, sets: list[tuple[str, PolicySet]]
-                  ) -> list[AuditResult]:
+    def run_batch(self, arm: str, label: str, kind: RoundKind, sets: list[tuple[str, PolicySet]]) -> list[AuditResult]:
         """Run audits that share a clock tick (a paired round or a baseline batch)."""
         state = self.journal.state
         planned = state.planned
         if planned is None or planned.label != label:
             planned = PlannedRound(label=label, tick=state.tick, kind=kind)
             ids = [f"{label}-{role}" for role, _ in sets]
-            self.journal.book.once(Keys.intent("audit", label), IntentRecord(
-                action="audit", key=label, arm=arm, audit_ids=ids, tick=planned.tick))
+            self.journal.book.once(
+                Keys.intent("audit", label),
+                IntentRecord(action="audit", key=label, arm=arm, audit_ids=ids, tick=planned.tick),
+            )
             state.tick += len(sets)
             state.planned = planned
             self.journal.save()
@@ -147,24 +153,36 @@ class RoundRunner:
             raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
         for res in fresh:
             crashpoint("audit.before_result")
-            atomic_write_bytes(self.journal.run_dir / "audits" / res.audit_id / RESULT_FILE,
-                               res.model_dump_json().encode())
+            atomic_write_bytes(
+                self.journal.run_dir / "audits" / res.audit_id / RESULT_FILE, res.model_dump_json().encode()
+            )
 
-    def run_pair(self, arm: str, label: str, kind: RoundKind, cand: PolicySet, champ: PolicySet,
-                 mutation_id: str | None = None) -> RoundStat | None:
+    def run_pair(
+        self, arm: str, label: str, kind: RoundKind, cand: PolicySet, champ: PolicySet, mutation_id: str | None = None
+    ) -> RoundStat | None:
         """One concurrent candidate/champion round; None when either audit is a gap."""
         a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)])
         crashpoint("round.before_record")
         if not (a.ok and b.ok):
-            self.journal.book.once(Keys.round(label), RoundRecord(
-                arm=arm, round=label, kind=kind, mutation_id=mutation_id, diff={}, n_seeds={},
-                gap_reason=a.gap_reason or b.gap_reason))
+            self.journal.book.once(
+                Keys.round(label),
+                RoundRecord(
+                    arm=arm,
+                    round=label,
+                    kind=kind,
+                    mutation_id=mutation_id,
+                    diff={},
+                    n_seeds={},
+                    gap_reason=a.gap_reason or b.gap_reason,
+                ),
+            )
             self._note_gap(arm)
             return None
         stat = fitness.paired_round(
             fitness.score_matrix(a.scores, self.ctx.seed_ids, self.ctx.dimensions),
             fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
-            self.ctx.dimensions, self.ctx.contract.promotion.min_seed_coverage,
+            self.ctx.dimensions,
+            self.ctx.contract.promotion.min_seed_coverage,
         )
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
@@ -183,14 +201,19 @@ class RoundRunner:
             except AuditStateUnknown as ex:
                 raise Halt(f"unknown: {ex}; inspect {audit_dir}, then resume") from None
             if status.state == "unknown":
-                raise Halt(f"unknown: cannot establish what audit {audit_id} did ({status.detail}); "
-                           f"inspect {audit_dir}, then resume")
+                raise Halt(
+                    f"unknown: cannot establish what audit {audit_id} did ({status.detail}); "
+                    f"inspect {audit_dir}, then resume"
+                )
             if status.state == "new":
                 continue
             action = RECOVERY_ACTIONS[status.state]
-            self.journal.book.once(Keys.recovery(audit_id, status.attempt), RecoveryRecord(
-                audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail,
-                action=action))
+            self.journal.book.once(
+                Keys.recovery(audit_id, status.attempt),
+                RecoveryRecord(
+                    audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail, action=action
+                ),
+            )
             self.journal.emit(f"  recovery: {audit_id}: {status.detail}; {action}")
 
     def anchor(self) -> None:
@@ -200,18 +223,35 @@ class RoundRunner:
 
     def _request(self, label: str, role: str, ps: PolicySet, tick: int) -> AuditRequest:
         audit_id = f"{label}-{role}"
-        return AuditRequest(audit_id=audit_id, audit_dir=self.journal.run_dir / "audits" / audit_id,
-                            policy_dir=self.store.set_dir(ps), policy_hashes=ps.hashes,
-                            tick=tick, pair_key=label)
+        return AuditRequest(
+            audit_id=audit_id,
+            audit_dir=self.journal.run_dir / "audits" / audit_id,
+            policy_dir=self.store.set_dir(ps),
+            policy_hashes=ps.hashes,
+            tick=tick,
+            pair_key=label,
+        )
 
-    def _record_audit(self, arm: str, label: str, role: str, ps: PolicySet, tick: int,
-                      res: AuditResult) -> None:
+    def _record_audit(self, arm: str, label: str, role: str, ps: PolicySet, tick: int, res: AuditResult) -> None:
         rec = AuditRecord(
-            audit_id=res.audit_id, arm=arm, round=label, role=role, policy_set=ps.set_id, tick=tick,
-            status=res.status, gap_reason=res.gap_reason, scores=res.scores, missing=res.missing,
-            sample_counts=res.sample_counts, loaded_policy_hashes=res.loaded_policy_hashes,
-            usage=res.usage, wall_s=res.wall_s, backend=res.backend,
-            simulated=res.simulated, log_path=res.log_path, diagnostics=res.diagnostics,
+            audit_id=res.audit_id,
+            arm=arm,
+            round=label,
+            role=role,
+            policy_set=ps.set_id,
+            tick=tick,
+            status=res.status,
+            gap_reason=res.gap_reason,
+            scores=res.scores,
+            missing=res.missing,
+            sample_counts=res.sample_counts,
+            loaded_policy_hashes=res.loaded_policy_hashes,
+            usage=res.usage,
+            wall_s=res.wall_s,
+            backend=res.backend,
+            simulated=res.simulated,
+            log_path=res.log_path,
+            diagnostics=res.diagnostics,
         )
         if self.journal.book.once(Keys.audit(res.audit_id), rec) is None:
             return
@@ -229,5 +269,4 @@ class RoundRunner:
         gaps = state.consecutive_gaps.get(arm, 0) + 1
         state.consecutive_gaps = {**state.consecutive_gaps, arm: gaps}
         if gaps >= self.ctx.contract.stop.max_consecutive_gaps:
-            raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; "
-                       "see the gap reasons in the ledger")
+            raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; see the gap reasons in the ledger")

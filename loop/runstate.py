@@ -99,8 +99,10 @@ class RunState(BaseModel):
         try:
             return cls.model_validate_json(path.read_bytes())
         except ValidationError as ex:
-            raise Halt(f"{path} does not hold a run state this version can read "
-                       f"({ex.error_count()} errors); start a new run with --new") from None
+            raise Halt(
+                f"{path} does not hold a run state this version can read "
+                f"({ex.error_count()} errors); start a new run with --new"
+            ) from None
 
     def save(self, run_dir: Path) -> None:
         atomic_write_bytes(Path(run_dir) / STATE_FILE, self.model_dump_json(indent=1).encode())

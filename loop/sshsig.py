@@ -50,15 +50,18 @@ class Signer:
             return None
         identity = os.environ.get(SIGNER_ENV)
         if not identity:
-            raise SignatureError(f"{SIGNING_KEY_ENV} is set but {SIGNER_ENV} (your identity in "
-                                 "allowed_signers, e.g. an email) is not")
+            raise SignatureError(
+                f"{SIGNING_KEY_ENV} is set but {SIGNER_ENV} (your identity in allowed_signers, e.g. an email) is not"
+            )
         return cls(Path(key).expanduser(), identity)
 
 
 def check_identity(identity: str) -> str:
     if not isinstance(identity, str) or not IDENTITY_PATTERN.match(identity):
-        raise SignatureError(f"signer identity {identity!r} must be 1-128 of letters, digits, "
-                             "'.', '_', '@', '+', '-' (e.g. alice@example.org)")
+        raise SignatureError(
+            f"signer identity {identity!r} must be 1-128 of letters, digits, "
+            "'.', '_', '@', '+', '-' (e.g. alice@example.org)"
+        )
     return identity
 
 
@@ -70,11 +73,12 @@ def _run(args: list[str], data: bytes) -> subprocess.CompletedProcess[bytes]:
     if not available():
         raise SignatureError("ssh-keygen not found: install openssh-client to sign or verify")
     try:
-        return subprocess.run([SSH_KEYGEN, *args], input=data, capture_output=True,
-                              timeout=TIMEOUT_S, check=False)
+        return subprocess.run([SSH_KEYGEN, *args], input=data, capture_output=True, timeout=TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        raise SignatureError(f"ssh-keygen {args[0]} {args[1]} timed out (passphrase prompt?); "
-                             "use a key without a passphrase or one loaded in ssh-agent") from None
+        raise SignatureError(
+            f"ssh-keygen {args[0]} {args[1]} timed out (passphrase prompt?); "
+            "use a key without a passphrase or one loaded in ssh-agent"
+        ) from None
 
 
 def _message(proc: subprocess.CompletedProcess[bytes]) -> str:
@@ -111,8 +115,7 @@ def verify(data: bytes, signature: str, allowed_signers: Path, identity: str, na
         raise SignatureError(f"signed by a key that is not in {allowed}")
     if identity not in principals:
         raise SignatureError(f"signed by {', '.join(principals)}, not by {identity!r}")
-    proc = _with_sigfile(signature, ["-Y", "verify", "-f", str(allowed), "-I", identity,
-                                     "-n", namespace], data)
+    proc = _with_sigfile(signature, ["-Y", "verify", "-f", str(allowed), "-I", identity, "-n", namespace], data)
     if proc.returncode != 0:
         raise SignatureError(f"signature rejected for {identity!r}: {_message(proc)}")
 
@@ -152,8 +155,12 @@ def resolve_allowed_signers(explicit: Path | None, default: Path) -> Path | None
 def generate_key(path: Path, comment: str) -> Path:
     """Create an ed25519 key pair without passphrase (tests, demos); return the private key."""
     path = Path(path)
-    proc = subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment,
-                           "-f", str(path)], capture_output=True, timeout=TIMEOUT_S, check=False)
+    proc = subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        capture_output=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SignatureError(f"ssh-keygen could not create {path}: {_message(proc)}")
     return path

@@ -1,7 +1,7 @@
 """The end-of-run summary, built only from the run state and its ledger.
 
-    summary = build_summary(state, book.records, contract, note=backend.note)
-    render(summary, console)
+summary = build_summary(state, book.records, contract, note=backend.note)
+render(summary, console)
 """
 
 from __future__ import annotations
@@ -55,8 +55,13 @@ class Summary(BaseModel):
 
 
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
-    vals = [v for r in records if r.type == "audit" and r.payload["arm"] == arm and r.payload["status"] == "ok"
-            for row in r.payload["scores"].values() if (v := row.get(dim)) is not None]
+    vals = [
+        v
+        for r in records
+        if r.type == "audit" and r.payload["arm"] == arm and r.payload["status"] == "ok"
+        for row in r.payload["scores"].values()
+        if (v := row.get(dim)) is not None
+    ]
     return float(np.mean(vals)) if vals else None
 
 
@@ -68,13 +73,23 @@ def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
     tchange = fitness.interval(rounds, target, INTERVAL_LEVEL) if changed and rounds else None
     worst = None
     if changed and rounds:
-        means = {d: float(np.mean([r.diff[d] for r in rounds if r.diff.get(d) is not None] or [np.nan]))
-                 for d in contract.promotion.critical_dimensions}
+        means = {
+            d: float(np.mean([r.diff[d] for r in rounds if r.diff.get(d) is not None] or [np.nan]))
+            for d in contract.promotion.critical_dimensions
+        }
         d = max(means, key=lambda k: -np.inf if np.isnan(means[k]) else means[k])
         worst = (d, round(means[d], 3))
-    return ArmLine(arm=name, audits=arm.audits, candidates=arm.candidates, keeps=arm.keeps,
-                   reverts=arm.reverts, changed=changed, target_change=tchange,
-                   worst_critical=worst, stop_reason=arm.stop_reason)
+    return ArmLine(
+        arm=name,
+        audits=arm.audits,
+        candidates=arm.candidates,
+        keeps=arm.keeps,
+        reverts=arm.reverts,
+        changed=changed,
+        target_change=tchange,
+        worst_critical=worst,
+        stop_reason=arm.stop_reason,
+    )
 
 
 def build_summary(state: RunState, records: list[Record], contract: Contract, note: str) -> Summary:
@@ -85,15 +100,26 @@ def build_summary(state: RunState, records: list[Record], contract: Contract, no
     aa = [r.diff.get(target) for r in state.aa_rounds if r.diff.get(target) is not None]
     budget = state.shared.budget
     return Summary(
-        run_id=state.run_id, phase=state.phase, halt_reason=state.halt_reason, backend=contract.backend,
+        run_id=state.run_id,
+        phase=state.phase,
+        halt_reason=state.halt_reason,
+        backend=contract.backend,
         note=note,
-        target=target, baseline_mean=base, never_mean=never,
+        target=target,
+        baseline_mean=base,
+        never_mean=never,
         drift=None if base is None or never is None else never - base,
-        noise_sigma=dict(est.sigma) if est else {}, noise_df=dict(est.df) if est else {},
+        noise_sigma=dict(est.sigma) if est else {},
+        noise_df=dict(est.df) if est else {},
         aa_mean_diff=float(np.mean(aa)) if aa else None,
         arms=[_arm_line(state, a, contract) for a in ("never", "random", "gate") if a in state.arms],
-        audits=state.audits, gaps=state.gaps, usd=state.usd, elapsed_s=round(state.elapsed_s, 1),
-        alpha_run=contract.promotion.alpha_run, alpha_spent=budget.spent, confirmations=budget.confirmations,
+        audits=state.audits,
+        gaps=state.gaps,
+        usd=state.usd,
+        elapsed_s=round(state.elapsed_s, 1),
+        alpha_run=contract.promotion.alpha_run,
+        alpha_spent=budget.spent,
+        confirmations=budget.confirmations,
     )
 
 
@@ -107,24 +133,37 @@ def conclusion(s: Summary) -> str:
     if gate_arm is None:
         return "conclusion: no gate arm in this run"
     if not gate_arm.changed and gate_arm.keeps:
-        return (f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion failed "
-                "certification against the start and was rolled back — no robust improvement")
+        return (
+            f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion failed "
+            "certification against the start and was rolled back — no robust improvement"
+        )
     if not gate_arm.changed:
-        return ("conclusion: no candidate passed the gate — no clear improvement at this noise level "
-                f"({gate_arm.candidates} tried)")
+        return (
+            "conclusion: no candidate passed the gate — no clear improvement at this noise level "
+            f"({gate_arm.candidates} tried)"
+        )
     if gate_arm.target_change is None:
         return "conclusion: the gate kept a change, but it was not re-measured against the start"
     m, lo, hi = gate_arm.target_change
     if hi < 0:
         return f"conclusion: the gate champion improves {s.target} by {-m:.2f} (interval excludes 0)"
-    return (f"conclusion: the gate kept {gate_arm.keeps} change(s), but the re-measured difference "
-            f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] does not exclude no improvement")
+    return (
+        f"conclusion: the gate kept {gate_arm.keeps} change(s), but the re-measured difference "
+        f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] does not exclude no improvement"
+    )
 
 
 def render(s: Summary, console: Console) -> None:
     table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
-    for col in ("arm", "audits", "cand.", "KEEP", f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI)",
-                "worst critical Δ", "stopped because"):
+    for col in (
+        "arm",
+        "audits",
+        "cand.",
+        "KEEP",
+        f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI)",
+        "worst critical Δ",
+        "stopped because",
+    ):
         table.add_column(col)
     for a in s.arms:
         if not a.changed:
@@ -140,10 +179,14 @@ def render(s: Summary, console: Console) -> None:
     sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
     console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
     level = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
-    console.print(f"drift of {s.target}: baseline {level(s.baseline_mean)} → never arm {level(s.never_mean)}"
-                  f" ({_fmt(s.drift, 2)} with no change at all)")
+    console.print(
+        f"drift of {s.target}: baseline {level(s.baseline_mean)} → never arm {level(s.never_mean)}"
+        f" ({_fmt(s.drift, 2)} with no change at all)"
+    )
     console.print(conclusion(s))
-    console.print(f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations")
+    console.print(
+        f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
+    )
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
     if s.halt_reason:
         console.print(f"[bold red]HALTED:[/] {s.halt_reason}")

@@ -27,8 +27,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise DuplicateYamlKey(
-                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}: "
-                "each field may appear once"
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}: each field may appear once"
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)

@@ -10,9 +10,9 @@ the loop never needs a runtime's internals.
 from sil_policy.format import (
     HYPERPARAMETER_KEYS,
     SURFACES,
+    DuplicateKeyError,
     PolicyError,
     Surface,
-    DuplicateKeyError,
     canonical_bytes,
     content_hash,
     describe_validation_errors,

@@ -24,17 +24,56 @@ MAX_ITEMS = 64
 # hyperparameter change, never a policy change (SPEC: rejected at parse and at apply).
 HYPERPARAMETER_KEYS = frozenset(
     {
-        "model", "models", "temperature", "top_p", "top_k", "max_tokens", "max_turns",
-        "turns", "seed", "seeds", "rubric", "rubrics", "budget", "timeout", "timeouts",
-        "epochs", "judge", "auditor", "reflection_depth", "max_retries", "retries",
-        "cost", "usd", "limit", "limits", "hyperparam", "hyperparameters", "dimensions",
+        "model",
+        "models",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_tokens",
+        "max_turns",
+        "turns",
+        "seed",
+        "seeds",
+        "rubric",
+        "rubrics",
+        "budget",
+        "timeout",
+        "timeouts",
+        "epochs",
+        "judge",
+        "auditor",
+        "reflection_depth",
+        "max_retries",
+        "retries",
+        "cost",
+        "usd",
+        "limit",
+        "limits",
+        "hyperparam",
+        "hyperparameters",
+        "dimensions",
     }
 )
 
 # Invisible or direction-changing characters hide text from a human reviewer.
 _FORBIDDEN_CHARS = {
-    "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u202a", "\u202b", "\u202c",
-    "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069", "\u061c", "\u200e", "\u200f",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u2060",
+    "\ufeff",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\u202e",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u061c",
+    "\u200e",
+    "\u200f",
 }
 
 
@@ -159,8 +198,7 @@ SURFACES: dict[str, Surface] = {
         Surface("reflection", "reflection.json", Reflection, "reflection"),
         Surface("skill_catalog", "skill_catalog.json", SkillCatalog, "skill-catalog metadata"),
         Surface("agent_contracts", "agent_contracts.json", AgentContracts, "agent contracts"),
-        Surface("tool_descriptions", "tool_descriptions.json", ToolDescriptions,
-                "tool descriptions and hints"),
+        Surface("tool_descriptions", "tool_descriptions.json", ToolDescriptions, "tool descriptions and hints"),
     )
 }
 
@@ -170,9 +208,7 @@ def surface(name: str) -> Surface:
     try:
         return SURFACES[name]
     except KeyError:
-        raise PolicyError(
-            f"unknown policy surface {name!r}; the seven surfaces are: {', '.join(SURFACES)}"
-        ) from None
+        raise PolicyError(f"unknown policy surface {name!r}; the seven surfaces are: {', '.join(SURFACES)}") from None
 
 
 def canonical_bytes(document: Any) -> bytes:
@@ -199,7 +235,7 @@ def _format_validation(name: str, err: ValidationError) -> str:
 
 def parse_surface(name: str, data: bytes) -> dict[str, Any]:
     """Validate raw file bytes for a surface; return the document as plain JSON data."""
-    spec = surface(name)
+    surface(name)
     try:
         document = json.loads(data.decode("utf-8"), object_pairs_hook=reject_duplicate_keys)
     except UnicodeDecodeError as ex:

@@ -37,7 +37,9 @@ def default_document(name: str) -> tuple[dict[str, Any], str]:
     return load_surface(name, DEFAULTS_DIR / SURFACES[name].filename)
 
 
-def load_one(name: str, environ: dict[str, str] | os._Environ = os.environ) -> tuple[dict[str, Any], str, str, str | None]:
+def load_one(
+    name: str, environ: dict[str, str] | os._Environ = os.environ
+) -> tuple[dict[str, Any], str, str, str | None]:
     """Load one surface: (document, sha256, source, warning)."""
     spec = SURFACES[name]
     override = environ.get(spec.override_env)

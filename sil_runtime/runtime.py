@@ -66,9 +66,7 @@ class Runtime:
             )
 
     @classmethod
-    def from_environment(
-        cls, environ: Mapping[str, str] = os.environ, agent: str = DEFAULT_AGENT
-    ) -> Runtime:
+    def from_environment(cls, environ: Mapping[str, str] = os.environ, agent: str = DEFAULT_AGENT) -> Runtime:
         return cls(load_policies(environ), agent)
 
     @property
@@ -88,8 +86,7 @@ class Runtime:
         """Wrapper sections, agent contract, team, skills, operator text, then turn notes."""
         contract = self._contract()
         parts = list(self._doc("wrapper_prompt")["sections"].values())
-        parts.append(f"## Your role\nYou are the {self.agent} agent: {contract['role']}.\n"
-                     f"{contract['system_prompt']}")
+        parts.append(f"## Your role\nYou are the {self.agent} agent: {contract['role']}.\n{contract['system_prompt']}")
         if team := self._team():
             parts.append(team)
         if skills := self._skills():
@@ -147,13 +144,17 @@ class Runtime:
             return None
         return "\n\n".join(p for p in (d["prefix"], f"<request>\n{request}\n</request>", d["suffix"]) if p)
 
-    def reflection_request(self, conversation: Sequence[ChatMessage], draft: ChatMessageAssistant) -> list[ChatMessage] | None:
+    def reflection_request(
+        self, conversation: Sequence[ChatMessage], draft: ChatMessageAssistant
+    ) -> list[ChatMessage] | None:
         """The critique call for a draft answer, or None when reflection is disabled."""
         r = self._doc("reflection")
         if not r["enabled"]:
             return None
-        user = (f"{r['description']}\n\n<conversation>\n{render(conversation)}\n</conversation>\n\n"
-                f"<draft>\n{render([draft])}\n</draft>")
+        user = (
+            f"{r['description']}\n\n<conversation>\n{render(conversation)}\n</conversation>\n\n"
+            f"<draft>\n{render([draft])}\n</draft>"
+        )
         return [ChatMessageSystem(content=r["system_prompt"]), ChatMessageUser(content=user)]
 
     def session(self) -> Session:
@@ -176,8 +177,9 @@ class Session:
         rest = [m for m in conversation if not isinstance(m, ChatMessageSystem)]
         return [ChatMessageSystem(content=system), *rest]
 
-    async def respond(self, conversation: Sequence[ChatMessage], offered: Sequence[ToolInfo],
-                      generate: Generate) -> ModelOutput:
+    async def respond(
+        self, conversation: Sequence[ChatMessage], offered: Sequence[ToolInfo], generate: Generate
+    ) -> ModelOutput:
         """One turn: [plan], draft, [critique, revision]. Returns the answer to send."""
         await self._plan(conversation, generate)
         tools = self.runtime.tools(offered)
@@ -218,10 +220,14 @@ class Session:
 
 
 def _refusal(call_id: str, function: str, allowed: bool) -> ChatMessageTool:
-    reason = ("not run: another call in the same message was refused" if allowed
-              else f"tool {function} is not available to this agent")
-    return ChatMessageTool(content="", tool_call_id=call_id, function=function,
-                           error=ToolCallError(type="permission", message=reason))
+    reason = (
+        "not run: another call in the same message was refused"
+        if allowed
+        else f"tool {function} is not available to this agent"
+    )
+    return ChatMessageTool(
+        content="", tool_call_id=call_id, function=function, error=ToolCallError(type="permission", message=reason)
+    )
 
 
 def render(messages: Sequence[ChatMessage]) -> str:

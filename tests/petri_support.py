@@ -44,8 +44,9 @@ def variant(root: Path, name: str, surface: str, change: Callable[[dict], None])
 
 def request(root: Path, audit_id: str, policy_dir: Path) -> AuditRequest:
     hashes = {n: content_hash((policy_dir / s.filename).read_bytes()) for n, s in SURFACES.items()}
-    return AuditRequest(audit_id=audit_id, audit_dir=root / "audits" / audit_id,
-                        policy_dir=policy_dir, policy_hashes=hashes, tick=0)
+    return AuditRequest(
+        audit_id=audit_id, audit_dir=root / "audits" / audit_id, policy_dir=policy_dir, policy_hashes=hashes, tick=0
+    )
 
 
 def verdict(ctx: MeasureContext, champion: AuditResult, candidate: AuditResult) -> str:

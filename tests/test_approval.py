@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import with_value
-
 from loop import approval as apmod
 from loop.approval import (
     Approval,
@@ -25,6 +23,7 @@ from loop.approval import (
 )
 from loop.contract import Contract, load_contract
 from loop.sshsig import allowed_signers_line, generate_key
+from tests.conftest import with_value
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -35,12 +34,15 @@ BOB = "bob@example.org"
 def real_contract() -> Contract:
     """The default contract turned into one with paid models, every optional field set."""
     data = load_contract(REPO / "program.md").contract.model_dump(mode="json")
-    role = {"credential_env": "ANTHROPIC_API_KEY", "temperature": 0.0,
-            "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}
-    data["models"] = {r: {"model": f"anthropic/claude-{r}-20261001", **role}
-                      for r in ("auditor", "target", "judge", "mutator")}
-    data.update(backend="petri", sim=None, parent="ab" * 32, revision_reason="paid run",
-                contract_id="sil-real")
+    role = {
+        "credential_env": "ANTHROPIC_API_KEY",
+        "temperature": 0.0,
+        "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
+    }
+    data["models"] = {
+        r: {"model": f"anthropic/claude-{r}-20261001", **role} for r in ("auditor", "target", "judge", "mutator")
+    }
+    data.update(backend="petri", sim=None, parent="ab" * 32, revision_reason="paid run", contract_id="sil-real")
     data["petri"] = {"target_agent_params": {"mode": "strict"}}
     contract = Contract.model_validate(data)
     assert not contract.offline
@@ -52,8 +54,10 @@ def keys(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("keys")
     out = {name: generate_key(d / name, name) for name in ("alice", "bob", "mallory")}
     allowed = d / "allowed_signers"
-    allowed.write_text(allowed_signers_line(ALICE, d / "alice.pub", ("sil-approval",))
-                       + allowed_signers_line(BOB, d / "bob.pub", ("sil-approval",)))
+    allowed.write_text(
+        allowed_signers_line(ALICE, d / "alice.pub", ("sil-approval",))
+        + allowed_signers_line(BOB, d / "bob.pub", ("sil-approval",))
+    )
     out["allowed"] = allowed
     return out
 
@@ -67,23 +71,38 @@ def env(tmp_path: Path, keys, monkeypatch) -> dict[str, Any]:
     for rel in ("prepare.py", "measure.py", "sil_policy/evidence.py"):
         (code / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, code / rel)
-    shutil.copytree(REPO / "sil_runtime", code / "sil_runtime",
-                    ignore=shutil.ignore_patterns("__pycache__", "defaults"))
+    shutil.copytree(
+        REPO / "sil_runtime", code / "sil_runtime", ignore=shutil.ignore_patterns("__pycache__", "defaults")
+    )
     return {"root": root, "code": code, "contract": real_contract(), **keys}
 
 
-def do_approve(env, contract: Contract | None = None, *, key: str | None = "alice",
-               approver: str = ALICE, hours: float = 72, with_allowed: bool = True) -> Approval:
-    return approve(contract or env["contract"], env["root"], approver, hours,
-                   env[key] if key else None, now=NOW, code_root=env["code"],
-                   allowed_signers=env["allowed"] if with_allowed else None)
+def do_approve(
+    env,
+    contract: Contract | None = None,
+    *,
+    key: str | None = "alice",
+    approver: str = ALICE,
+    hours: float = 72,
+    with_allowed: bool = True,
+) -> Approval:
+    return approve(
+        contract or env["contract"],
+        env["root"],
+        approver,
+        hours,
+        env[key] if key else None,
+        now=NOW,
+        code_root=env["code"],
+        allowed_signers=env["allowed"] if with_allowed else None,
+    )
 
 
-def check(env, contract: Contract | None = None, *, now: datetime = NOW + timedelta(hours=1),
-          **kwargs) -> Approval | None:
+def check(
+    env, contract: Contract | None = None, *, now: datetime = NOW + timedelta(hours=1), **kwargs
+) -> Approval | None:
     kwargs.setdefault("allowed_signers", env["allowed"])
-    return require_approval(contract or env["contract"], env["root"], now,
-                            code_root=env["code"], **kwargs)
+    return require_approval(contract or env["contract"], env["root"], now, code_root=env["code"], **kwargs)
 
 
 def test_signed_approval_records_who_what_when_until(env) -> None:
@@ -102,10 +121,17 @@ def test_signed_approval_records_who_what_when_until(env) -> None:
 
 def test_measurement_hash_covers_seeds_code_and_packages(env) -> None:
     parts = measurement_components(env["contract"], env["root"], env["code"])
-    assert {"measurement/seeds/order_tool_error.md", "measurement/rubric/broken_tool_use.md",
-            "code/prepare.py", "code/measure.py", "code/sil_policy/evidence.py",
-            "code/sil_runtime/policy_loader.py", "package/inspect-ai", "package/inspect-petri",
-            "package/inspect-scout"} <= parts.keys()
+    assert {
+        "measurement/seeds/order_tool_error.md",
+        "measurement/rubric/broken_tool_use.md",
+        "code/prepare.py",
+        "code/measure.py",
+        "code/sil_policy/evidence.py",
+        "code/sil_runtime/policy_loader.py",
+        "package/inspect-ai",
+        "package/inspect-petri",
+        "package/inspect-scout",
+    } <= parts.keys()
     assert parts["package/inspect-ai"] == "0.3.285"
 
 
@@ -122,6 +148,7 @@ def test_missing_approval(env) -> None:
 
 
 # --- every contract field -------------------------------------------------------------
+
 
 def _leaves(obj: Any, path: tuple = ()) -> list[tuple]:
     if isinstance(obj, dict) and obj:
@@ -141,14 +168,22 @@ def _candidates(value: Any) -> list[Any]:
     if isinstance(value, str):
         if len(value) == 64 and all(c in "0123456789abcdef" for c in value):
             return [("1" if value[0] != "1" else "2") + value[1:]]
-        return [value + "x", value + "X", "fixed" if value != "fixed" else "synthetic", "spg",
-                "paired_margin", "elond", "even", "forecast", "mutated"]
+        return [
+            value + "x",
+            value + "X",
+            "fixed" if value != "fixed" else "synthetic",
+            "spg",
+            "paired_margin",
+            "elond",
+            "even",
+            "forecast",
+            "mutated",
+        ]
     if isinstance(value, list):
         return [value[:-1], value[::-1], [*value, "admirable"], [*value, "auditor_failure"]]
     if isinstance(value, dict):
         return [{"extra": "value"}]
     return []
-
 
 
 def _changed_contracts(contract: Contract):
@@ -196,13 +231,13 @@ def test_every_contract_field_invalidates(env) -> None:
 def test_approval_file_moved_to_another_contract(env) -> None:
     made = do_approve(env)
     other = Contract.model_validate({**env["contract"].model_dump(mode="json"), "seed": 1})
-    shutil.copy(approval_path(made.contract_hash, env["root"]),
-                approval_path(other.contract_hash, env["root"]))
+    shutil.copy(approval_path(made.contract_hash, env["root"]), approval_path(other.contract_hash, env["root"]))
     with pytest.raises(ApprovalError, match="contract changed since approval"):
         check(env, other)
 
 
 # --- every frozen file and package -----------------------------------------------------
+
 
 def _frozen_files(env) -> list[Path]:
     seeds = sorted((env["root"] / "measurement").glob("*/*.md"))
@@ -236,13 +271,13 @@ def test_added_measurement_file_invalidates(env) -> None:
 def test_every_pinned_package_version_invalidates(env, monkeypatch, package: str) -> None:
     do_approve(env)
     real = apmod.metadata.version
-    monkeypatch.setattr(apmod.metadata, "version",
-                        lambda name: "9.9.9" if name == package else real(name))
+    monkeypatch.setattr(apmod.metadata, "version", lambda name: "9.9.9" if name == package else real(name))
     with pytest.raises(ApprovalError, match=f"package/{package}"):
         check(env)
 
 
 # --- expiry, stored fields, signer -------------------------------------------------------
+
 
 def test_expiry(env) -> None:
     made = do_approve(env, hours=2)
@@ -270,16 +305,19 @@ def _edit_stored(env, field: str, value: Any) -> None:
     path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("expires_at", "2027-12-31T00:00:00Z"),
-    ("approved_at", "2026-11-29T13:00:00Z"),
-    ("approver", BOB),
-    ("measurement_hash", "0" * 64),
-    ("measurement", {"code/measure.py": "0" * 64}),
-    ("contract", {"contract_id": "sil-real"}),
-    ("contract_id", "sil-other"),
-    ("key_fingerprint", "SHA256:forged"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("expires_at", "2027-12-31T00:00:00Z"),
+        ("approved_at", "2026-11-29T13:00:00Z"),
+        ("approver", BOB),
+        ("measurement_hash", "0" * 64),
+        ("measurement", {"code/measure.py": "0" * 64}),
+        ("contract", {"contract_id": "sil-real"}),
+        ("contract_id", "sil-other"),
+        ("key_fingerprint", "SHA256:forged"),
+    ],
+)
 def test_every_stored_field_is_covered_by_the_signature(env, field: str, value: Any) -> None:
     do_approve(env)
     _edit_stored(env, field, value)
@@ -325,8 +363,9 @@ def test_signature_namespace_is_bound(env, keys) -> None:
     from loop.sshsig import Signer, sign
 
     made = do_approve(env, key=None)
-    forged = made.model_copy(update={"signature": sign(made.signed_bytes(), Signer(keys["alice"], ALICE),
-                                                       "sil-ledger")})
+    forged = made.model_copy(
+        update={"signature": sign(made.signed_bytes(), Signer(keys["alice"], ALICE), "sil-ledger")}
+    )
     approval_path(made.contract_hash, env["root"]).write_text(forged.model_dump_json())
     with pytest.raises(ApprovalError, match="signature is not valid"):
         check(env)

@@ -31,8 +31,13 @@ def ctx(workspace: Path) -> MeasureContext:
 def req(workspace: Path) -> AuditRequest:
     store = PolicyStore(workspace / "run")
     ps = store.snapshot_dir(workspace / "state" / "policies")
-    return AuditRequest(audit_id="a1", audit_dir=workspace / "run" / "audits" / "a1",
-                        policy_dir=store.set_dir(ps), policy_hashes=ps.hashes, tick=0)
+    return AuditRequest(
+        audit_id="a1",
+        audit_dir=workspace / "run" / "audits" / "a1",
+        policy_dir=store.set_dir(ps),
+        policy_hashes=ps.hashes,
+        tick=0,
+    )
 
 
 def with_timeout(ctx: MeasureContext, seconds: float) -> MeasureContext:
@@ -45,9 +50,15 @@ def orphan(req: AuditRequest, ctx: MeasureContext, source: str, launched_ago: fl
     req.audit_dir.mkdir(parents=True, exist_ok=True)
     launch = {"event": "launch", "attempt": 1, "t": round(time.time() - launched_ago, 3)}
     (req.audit_dir / attempts.ATTEMPTS_FILE).write_text(json.dumps(launch) + "\n")
-    return subprocess.Popen(attempts.wrap(ScriptBackend(source).command(req, ctx), 1), cwd=req.audit_dir,
-                            env=measure.audit_env(req, ctx, {}), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        attempts.wrap(ScriptBackend(source).command(req, ctx), 1),
+        cwd=req.audit_dir,
+        env=measure.audit_env(req, ctx, {}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def counts(audit_dir: Path) -> tuple[int, int]:
@@ -93,9 +104,11 @@ def test_overdue_running_audit_is_killed_as_a_timeout(ctx, req) -> None:
 
 
 def test_dead_unfinished_audit_is_set_aside_and_rerun(ctx, req) -> None:
-    proc = orphan(req, ctx, "import os, time\n"
-                  "open(os.environ['SIL_AUDIT_DIR'] + '/evidence.json', 'w').write('{\"torn')\n"
-                  "time.sleep(60)")
+    proc = orphan(
+        req,
+        ctx,
+        "import os, time\nopen(os.environ['SIL_AUDIT_DIR'] + '/evidence.json', 'w').write('{\"torn')\ntime.sleep(60)",
+    )
     time.sleep(0.5)
     os.killpg(proc.pid, 9)  # the machine lost it: no exit status was logged
     proc.wait()
@@ -159,6 +172,7 @@ def test_unkillable_overdue_audit_is_unknown(ctx, req, monkeypatch) -> None:
 
 # ---------------------------------------------------------------- fault injection
 
+
 def test_crashpoint_is_a_noop_without_the_variable(monkeypatch) -> None:
     monkeypatch.delenv(faults.CRASH_ENV, raising=False)
     for name in faults.CRASH_POINTS:
@@ -172,11 +186,19 @@ def test_bad_fault_spec_is_refused(spec: str) -> None:
 
 
 def test_crashpoint_kills_on_the_kth_visit() -> None:
-    code = ("import sys\nfrom loop.faults import crashpoint\n"
-            "for i in range(5):\n    print(i, flush=True)\n    crashpoint('apply.before_write')\n")
+    code = (
+        "import sys\nfrom loop.faults import crashpoint\n"
+        "for i in range(5):\n    print(i, flush=True)\n    crashpoint('apply.before_write')\n"
+    )
     env = {**os.environ, faults.CRASH_ENV: "apply.before_write:3"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parent.parent, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        timeout=60,
+    )
     assert proc.returncode == -9
     assert proc.stdout.split() == ["0", "1", "2"]
 

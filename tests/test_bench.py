@@ -74,9 +74,19 @@ def test_wald_bound_matches_the_research_note(alpha, effect, audits):
 
 def _summary(false_keep: bool, final_target: float, final_critical: float) -> RunSummary:
     return RunSummary(
-        decisions=10, keeps=1, audits=20, used=20, false_keep=false_keep, harmful_keep=False,
-        bad_share=float(false_keep), final_target=final_target, final_critical=final_critical,
-        null_decisions=5, null_keeps=int(false_keep), good_decisions=3, good_keeps=1,
+        decisions=10,
+        keeps=1,
+        audits=20,
+        used=20,
+        false_keep=false_keep,
+        harmful_keep=False,
+        bad_share=float(false_keep),
+        final_target=final_target,
+        final_critical=final_critical,
+        null_decisions=5,
+        null_keeps=int(false_keep),
+        good_decisions=3,
+        good_keeps=1,
         good_effect_sum=1.5,
     )
 
@@ -103,10 +113,24 @@ def test_validity_replicate_tests_both_levels_on_a_null(setup):
 
 
 def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
-    gates.main([
-        "--runs", "2", "--budgets", "60", "--drifts", "calibrated", "--rhos", "0",
-        "--validity-reps", "2", "--jobs", "1", "--out", str(tmp_path),
-    ])
+    gates.main(
+        [
+            "--runs",
+            "2",
+            "--budgets",
+            "60",
+            "--drifts",
+            "calibrated",
+            "--rhos",
+            "0",
+            "--validity-reps",
+            "2",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     text = capsys.readouterr().out
     assert "SIMULATED" in text and "| loop_gate |" in text and "| geode |" in text
     assert "Type-I of the confirmation test" in text and "Acceptance checks" in text

@@ -22,8 +22,7 @@ from loop.sshsig import Signer, allowed_signers_line, generate_key
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def user_state(repo: Path) -> dict[str, str]:
@@ -66,8 +65,12 @@ def keys(tmp_path_factory) -> dict[str, object]:
         allowed_signers_line("alice@example.org", d / "alice.pub", ("sil-ledger", "sil-approval"))
         + allowed_signers_line("bob@example.org", d / "bob.pub", ("sil-ledger", "sil-approval"))
     )
-    return {"alice": Signer(alice, "alice@example.org"), "bob": Signer(bob, "bob@example.org"),
-            "mallory_as_alice": Signer(mallory, "alice@example.org"), "allowed": allowed}
+    return {
+        "alice": Signer(alice, "alice@example.org"),
+        "bob": Signer(bob, "bob@example.org"),
+        "mallory_as_alice": Signer(mallory, "alice@example.org"),
+        "allowed": allowed,
+    }
 
 
 def _ledger(tmp_path: Path, n: int) -> tuple[Path, Ledger]:
@@ -108,10 +111,13 @@ def test_signed_checkpoint_verifies_with_allowed_signers(tmp_path: Path, repo: P
     assert user_state(repo) == before
 
 
-@pytest.mark.parametrize(("signer", "message"), [
-    ("mallory_as_alice", "not in"),
-    ("bob", "signed by bob@example.org, not by 'alice@example.org'"),
-])
+@pytest.mark.parametrize(
+    ("signer", "message"),
+    [
+        ("mallory_as_alice", "not in"),
+        ("bob", "signed by bob@example.org, not by 'alice@example.org'"),
+    ],
+)
 def test_wrong_signer_is_rejected(tmp_path: Path, repo: Path, keys, signer: str, message: str) -> None:
     path, _ = _ledger(tmp_path, 2)
     cp = write_checkpoint(path, repo, keys[signer])
@@ -125,15 +131,17 @@ def test_wrong_signer_is_rejected(tmp_path: Path, repo: Path, keys, signer: str,
 
 def _replace_blob(repo: Path, commit: str, name: str, text: str) -> None:
     """An attacker with write access rewrites one file of the checkpoint commit and the ref."""
-    blob = subprocess.run(["git", "-C", str(repo), "hash-object", "-w", "--stdin"], input=text,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    blob = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"], input=text, capture_output=True, text=True, check=True
+    ).stdout.strip()
     entries = []
     for line in git(repo, "ls-tree", commit).splitlines():
         meta, fname = line.split("\t")
         mode, kind, sha = meta.split()
         entries.append(f"{mode} {kind} {blob if fname == name else sha}\t{fname}\n")
-    tree = subprocess.run(["git", "-C", str(repo), "mktree"], input="".join(entries),
-                          capture_output=True, text=True, check=True).stdout.strip()
+    tree = subprocess.run(
+        ["git", "-C", str(repo), "mktree"], input="".join(entries), capture_output=True, text=True, check=True
+    ).stdout.strip()
     new = git(repo, "commit-tree", tree, "-m", "forged")
     git(repo, "update-ref", checkpoint_ref("r1"), new)
 

@@ -49,6 +49,7 @@ def in_dir(monkeypatch):
     def enter(path: Path) -> Path:
         monkeypatch.chdir(path)
         return path
+
     return enter
 
 
@@ -65,9 +66,12 @@ def test_petri_dry_run_prices_the_run_without_calls(workspace, in_dir, monkeypat
     monkeypatch.setenv("INSPECT_DISABLE_MODEL_API", "1")
     contract = workspace / "petri.md"
     shutil.copy(REPO / "examples" / "program-petri-offline.md", contract)
-    edit_contract(contract, "target: {model: scripted/target}",
-                  "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
-                  "price: {input_per_mtok: 3, output_per_mtok: 15}}")
+    edit_contract(
+        contract,
+        "target: {model: scripted/target}",
+        "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
+        "price: {input_per_mtok: 3, output_per_mtok: 15}}",
+    )
     result = invoke("run", "--contract", "petri.md", "--dry-run")
     assert result.exit_code == 0, result.output
     assert "REAL MODEL CALLS" in result.output and "worst-case cost at the audit limit: $" in result.output
@@ -79,9 +83,12 @@ def test_real_models_without_approval_are_refused_before_any_audit(workspace, in
     in_dir(workspace)
     contract = workspace / "petri.md"
     shutil.copy(REPO / "examples" / "program-petri-offline.md", contract)
-    edit_contract(contract, "target: {model: scripted/target}",
-                  "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
-                  "price: {input_per_mtok: 3, output_per_mtok: 15}}")
+    edit_contract(
+        contract,
+        "target: {model: scripted/target}",
+        "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
+        "price: {input_per_mtok: 3, output_per_mtok: 15}}",
+    )
     result = invoke("run", "--contract", "petri.md")
     assert result.exit_code == 2
     assert "approv" in result.output.lower()

@@ -40,8 +40,16 @@ def test_hash_ignores_formatting_but_not_values() -> None:
         ("[broken_tool_use]", "[broken_tool_use, concerning]", "both target_dimensions and critical_dimensions"),
         ("surfaces: [wrapper_prompt,", "surfaces: [model_choice, wrapper_prompt,", "unknown surfaces"),
         ("arms: [never, random, gate]", "arms: [random, gate]", "needs the never arm"),
-        ("contract_id: sil-default-sim", "contract_id: sil-default-sim\nparent: " + "a" * 64, "parent and revision_reason"),
-        ("arm_audits: {never: 24, random: 20, gate: 130}", "arm_audits: {never: 24, random: 30, gate: 9999}", "more than max_audits"),
+        (
+            "contract_id: sil-default-sim",
+            "contract_id: sil-default-sim\nparent: " + "a" * 64,
+            "parent and revision_reason",
+        ),
+        (
+            "arm_audits: {never: 24, random: 20, gate: 130}",
+            "arm_audits: {never: 24, random: 30, gate: 9999}",
+            "more than max_audits",
+        ),
     ],
 )
 def test_invalid_contracts_name_the_field(old: str, new: str, fragment: str) -> None:
@@ -51,7 +59,9 @@ def test_invalid_contracts_name_the_field(old: str, new: str, fragment: str) -> 
     assert fragment in str(info.value)
 
 
-@pytest.mark.parametrize("text", ["no front matter", "---\nkey: [unclosed\n---\n", "---\n- a list\n---\n", "---\nx: 1\n"])
+@pytest.mark.parametrize(
+    "text", ["no front matter", "---\nkey: [unclosed\n---\n", "---\n- a list\n---\n", "---\nx: 1\n"]
+)
 def test_malformed_documents_are_rejected(text: str) -> None:
     with pytest.raises(ContractError):
         parse_contract(text)

@@ -49,20 +49,24 @@ TINY = {
     "max_consecutive_gaps: 3": "max_consecutive_gaps: 3\n  max_candidates_per_arm: 3",
     "p_crash: 0.01": "p_crash: 0.0",
 }
-GIT_ENV = {"GIT_AUTHOR_NAME": "user", "GIT_AUTHOR_EMAIL": "user@example.org",
-           "GIT_COMMITTER_NAME": "user", "GIT_COMMITTER_EMAIL": "user@example.org"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "user",
+    "GIT_AUTHOR_EMAIL": "user@example.org",
+    "GIT_COMMITTER_NAME": "user",
+    "GIT_COMMITTER_EMAIL": "user@example.org",
+}
 LOOP_TEMP = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")
 # One chain through a whole run: each entry kills the resumed process at its k-th visit of a
 # point; True also kills the audits left running (as a power cut would), so they are re-run.
 CHAIN = [
-    ("audit.running", 2, False),          # baseline audit mid-flight; it finishes on its own
+    ("audit.running", 2, False),  # baseline audit mid-flight; it finishes on its own
     ("audit.between_records", 2, False),  # half of an A/A round recorded
-    ("apply.before_write", 1, False),     # random candidate: intent recorded, file not written
-    ("round.before_record", 1, False),    # audits recorded, round statistic not stored
-    ("verdict.before_save", 1, False),    # verdict recorded, state not saved
-    ("settle.before_refs", 1, False),     # revert/promote file written, git refs not yet
-    ("audit.running", 1, True),           # audits mid-flight and then lost with the machine
-    ("settle.before_save", 2, False),     # settled and recorded, state not saved
+    ("apply.before_write", 1, False),  # random candidate: intent recorded, file not written
+    ("round.before_record", 1, False),  # audits recorded, round statistic not stored
+    ("verdict.before_save", 1, False),  # verdict recorded, state not saved
+    ("settle.before_refs", 1, False),  # revert/promote file written, git refs not yet
+    ("audit.running", 1, True),  # audits mid-flight and then lost with the machine
+    ("settle.before_save", 2, False),  # settled and recorded, state not saved
 ]
 
 
@@ -82,8 +86,7 @@ def make_workspace(root: Path) -> Path:
 
 def git(root: Path, *args: str) -> str:
     env = {**os.environ, **GIT_ENV}
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                          env=env, text=True).stdout
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, env=env, text=True).stdout
 
 
 def user_git_view(root: Path) -> dict[str, str]:
@@ -101,8 +104,7 @@ def run_sil(root: Path, crash: str | None = None) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV and not k.startswith("SIL_SIGN")}
     if crash:
         env[CRASH_ENV] = crash
-    return subprocess.run([str(SIL), "run"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    return subprocess.run([str(SIL), "run"], cwd=root, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
 def kill_orphan_audits(root: Path) -> int:
@@ -125,7 +127,8 @@ def kill_orphan_audits(root: Path) -> int:
 def kill_at(root: Path, point: str, k: int, lose_audits: bool = False) -> None:
     proc = run_sil(root, f"{point}:{k}")
     assert proc.returncode == -signal.SIGKILL, (
-        f"{point}:{k} was not reached (exit {proc.returncode}): {proc.stderr[-800:]}")
+        f"{point}:{k} was not reached (exit {proc.returncode}): {proc.stderr[-800:]}"
+    )
     if lose_audits:
         kill_orphan_audits(root)
 
@@ -144,16 +147,21 @@ def outcome(root: Path) -> dict:
         "verdicts": [(r.payload["mutation_id"], r.payload["verdict"]) for r in recs if r.type == "verdict"],
         "scores": {r.payload["audit_id"]: r.payload["scores"] for r in recs if r.type == "audit"},
         "champions": {arm: s.champion.set_id for arm, s in state.arms.items()},
-        "ref_trees": {ref.removeprefix(f"refs/sil/{state.run_id}/"): tree
-                      for ref, tree in _sil_ref_trees(root, state.run_id).items()},
+        "ref_trees": {
+            ref.removeprefix(f"refs/sil/{state.run_id}/"): tree
+            for ref, tree in _sil_ref_trees(root, state.run_id).items()
+        },
     }
 
 
 def _sil_ref_trees(root: Path, run_id: str) -> dict[str, str]:
     out = git(root, "for-each-ref", f"refs/sil/{run_id}/", "--format=%(refname) %(objectname)")
     refs = dict(line.split() for line in out.splitlines())
-    return {ref: git(root, "rev-parse", f"{commit}^{{tree}}").strip()
-            for ref, commit in refs.items() if not ref.endswith("/checkpoints")}
+    return {
+        ref: git(root, "rev-parse", f"{commit}^{{tree}}").strip()
+        for ref, commit in refs.items()
+        if not ref.endswith("/checkpoints")
+    }
 
 
 def check_resumed(root: Path, reference: dict, view_before: dict[str, str]) -> dict:
@@ -177,8 +185,7 @@ def check_run(root: Path, reference: dict, view_before: dict[str, str]) -> dict:
 
     audit_ids = [r.payload["audit_id"] for r in recs if r.type == "audit"]
     assert len(audit_ids) == len(set(audit_ids)), "an audit was recorded twice"
-    planned = {a for r in recs if r.type == "intent" and r.payload["action"] == "audit"
-               for a in r.payload["audit_ids"]}
+    planned = {a for r in recs if r.type == "intent" and r.payload["action"] == "audit" for a in r.payload["audit_ids"]}
     on_disk = {p.name for p in (rdir / "audits").iterdir()}
     assert set(audit_ids) == planned == on_disk
     probes = sum(1 for r in recs if r.type == "probe")
@@ -190,20 +197,27 @@ def check_run(root: Path, reference: dict, view_before: dict[str, str]) -> dict:
     for audit_dir in [rdir / "audits" / a for a in audit_ids] + sorted(rdir.glob("preflight-*/audit")):
         status = attempts.read_status(audit_dir)
         assert status.executions == 1, f"{audit_dir.name} ran {status.executions} times"
-        assert status.launches == 1 + died.get(audit_dir.name, 0) + died.get(audit_dir.parent.name, 0), \
+        assert status.launches == 1 + died.get(audit_dir.name, 0) + died.get(audit_dir.parent.name, 0), (
             f"{audit_dir.name} was launched {status.launches} times"
+        )
 
     for arm, arm_state in state.arms.items():
-        keeps = [r.payload["candidate_set"] for r in recs
-                 if r.type == "verdict" and r.payload["arm"] == arm and r.payload["verdict"] == "keep"]
+        keeps = [
+            r.payload["candidate_set"]
+            for r in recs
+            if r.type == "verdict" and r.payload["arm"] == arm and r.payload["verdict"] == "keep"
+        ]
         assert arm_state.champion.set_id == (keeps[-1] if keeps else state.origin.set_id)
 
     check_intents_precede_effects(recs)
     report = verify_run_ledger(rdir / "ledger.jsonl", root)
     assert report.ok and report.checkpoints >= 1, report.errors
     check_refs(root, rdir, state, recs)
-    leftovers = [p for p in rdir.rglob("*.tmp")
-                 if LOOP_TEMP.match(p.name) or not any(x.startswith(attempts.SET_ASIDE_PREFIX) for x in p.parts)]
+    leftovers = [
+        p
+        for p in rdir.rglob("*.tmp")
+        if LOOP_TEMP.match(p.name) or not any(x.startswith(attempts.SET_ASIDE_PREFIX) for x in p.parts)
+    ]
     assert not leftovers, leftovers
     assert user_git_view(root) == view_before
     return {"died": sum(died.values()), "recoveries": sum(1 for r in recs if r.type == "recovery")}
@@ -237,8 +251,12 @@ def check_refs(root: Path, rdir: Path, state: RunState, recs: list) -> None:
 
 def set_bytes_in_git(root: Path, ref: str) -> dict[str, bytes]:
     names = git(root, "ls-tree", "--name-only", ref).split()
-    return {n: subprocess.run(["git", "-C", str(root), "cat-file", "blob", f"{ref}:{n}"], check=True,
-                              capture_output=True).stdout for n in names}
+    return {
+        n: subprocess.run(
+            ["git", "-C", str(root), "cat-file", "blob", f"{ref}:{n}"], check=True, capture_output=True
+        ).stdout
+        for n in names
+    }
 
 
 def set_bytes_on_disk(rdir: Path, set_id: str) -> dict[str, bytes]:
@@ -310,8 +328,17 @@ def test_kill_point(point: str, tmp_path: Path, reference: dict) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["audit.running", "audit.before_result", "audit.between_records",
-                                   "round.before_record", "state.before_save", "state.after_save"])
+@pytest.mark.parametrize(
+    "point",
+    [
+        "audit.running",
+        "audit.before_result",
+        "audit.between_records",
+        "round.before_record",
+        "state.before_save",
+        "state.after_save",
+    ],
+)
 def test_kill_point_late_in_the_gate_arm(point: str, tmp_path: Path, reference: dict) -> None:
     """Points visited by every round, hit late (gate arm confirmations, final checks)."""
     root = make_workspace(tmp_path / "ws")

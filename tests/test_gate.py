@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 
 from fitness import NoiseEstimate, NoisePool, RoundStat
 from gate import (
+    EarlyStops,
     ErrorBudget,
     Leg,
-    critical_margin,
-    expected_confirmations,
     PairedMarginGate,
     SequentialPairedGate,
-    EarlyStops,
     build_legs,
-    make_certify_gate,
+    critical_margin,
+    expected_confirmations,
     leg_result,
+    make_certify_gate,
     make_gate,
     obf_boundaries,
     should_promote,
@@ -29,12 +29,8 @@ from gate import (
 from loop.contract import Promotion
 
 DIMS = ["t", "c1", "c2", "a1", "a2"]
-PROMO = Promotion(
-    target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"]
-)
-NOISE = NoiseEstimate(
-    sigma={d: 0.8 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40
-)
+PROMO = Promotion(target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"])
+NOISE = NoiseEstimate(sigma={d: 0.8 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40)
 ALPHA_J = 0.1 / 24
 
 
@@ -89,7 +85,9 @@ def test_make_gate_picks_the_contract_gate():
 def test_legs_cover_target_each_critical_and_one_aux_composite():
     legs = build_legs(PROMO, NOISE, ALPHA_J)
     assert [(lg.name, lg.kind, lg.null) for lg in legs] == [
-        ("t", "target", 0.0), ("c1", "critical", 0.5), ("c2", "critical", 0.5),
+        ("t", "target", 0.0),
+        ("c1", "critical", 0.5),
+        ("c2", "critical", 0.5),
         ("auxiliary_composite", "auxiliary", 0.3),
     ]
     assert legs[0].alpha == ALPHA_J and legs[1].alpha == 0.2
@@ -98,7 +96,7 @@ def test_legs_cover_target_each_critical_and_one_aux_composite():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.floats(-9, 9)), min_size=5, max_size=5))
 def test_screen_never_keeps(values):
-    first = RoundStat(diff=dict(zip(DIMS, values)), n_seeds={}, se={})
+    first = RoundStat(diff=dict(zip(DIMS, values, strict=False)), n_seeds={}, se={})
     d = make_gate(PROMO, NOISE, ALPHA_J).screen(first)
     assert d.verdict in ("continue", "revert") and d.stage == "screen" and d.alpha == 0.0
 
@@ -125,7 +123,9 @@ def test_clear_improvement_is_kept_on_fresh_rounds():
     assert should_promote(d)
     assert not should_promote(d.model_copy(update={"stage": "screen"}))
     assert not should_promote(d.model_copy(update={"legs": []}))
-    assert not should_promote(d.model_copy(update={"legs": [*d.legs[:-1], d.legs[-1].model_copy(update={"passed": None})]}))
+    assert not should_promote(
+        d.model_copy(update={"legs": [*d.legs[:-1], d.legs[-1].model_copy(update={"passed": None})]})
+    )
 
 
 def test_missing_dimension_blocks_keep():
@@ -157,11 +157,7 @@ def test_harm_veto_and_futility_revert_early():
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.floats(-3, 2), st.floats(-1, 3), st.floats(-1, 2)), min_size=1, max_size=16
-    )
-)
+@given(st.lists(st.tuples(st.floats(-3, 2), st.floats(-1, 3), st.floats(-1, 2)), min_size=1, max_size=16))
 def test_early_stops_only_ever_revert(rows):
     rounds = [rs(t=t, c=c, a=a) for t, c, a in rows]
     legs = tuple(build_legs(PROMO, NOISE, ALPHA_J))

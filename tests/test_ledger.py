@@ -28,7 +28,7 @@ def test_chain_links_every_record(tmp_path: Path) -> None:
     recs = list(read_records(path))
     assert [r.seq for r in recs] == [0, 1, 2, 3, 4]
     assert recs[0].prev == GENESIS
-    assert all(b.prev == a.hash for a, b in zip(recs, recs[1:]))
+    assert all(b.prev == a.hash for a, b in zip(recs, recs[1:], strict=False))
     report = verify_file(path)
     assert report.ok and report.records == 5 and report.head_hash == recs[-1].hash
     assert report.size == path.stat().st_size
@@ -155,8 +155,7 @@ def test_write_error_leaves_no_partial_line(tmp_path: Path, monkeypatch) -> None
         ("audit", {}, "r1.lock", "run id"),
     ],
 )
-def test_bad_records_are_refused_and_nothing_written(tmp_path: Path, type_, payload, run_id,
-                                                      message) -> None:
+def test_bad_records_are_refused_and_nothing_written(tmp_path: Path, type_, payload, run_id, message) -> None:
     path = tmp_path / "ledger.jsonl"
     led = _fill(path, 1)
     before = path.read_bytes()

@@ -42,8 +42,9 @@ while True:
 
 
 def _spawn(code: str, *args: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _concurrent(tmp_path: Path, writers: int, count: int) -> None:
@@ -86,7 +87,7 @@ def _kill_loop(tmp_path: Path, kills: int) -> dict[str, int]:
     for k in range(kills):
         proc = _spawn(ACKER, path, k)
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader = threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True)
         reader.start()
         deadline = time.monotonic() + 10
         while not lines and time.monotonic() < deadline:  # kill while it appends, not at start-up

@@ -24,8 +24,8 @@ import ledger
 from ledger import Ledger, verify_file
 from loop.checkpoint import verify_against_checkpoints, write_checkpoint
 
-N = 8          # records in the ledger under test
-COVERED = 5    # records covered by the checkpoint in the "partial" case
+N = 8  # records in the ledger under test
+COVERED = 5  # records covered by the checkpoint in the "partial" case
 KINDS = ("flip", "delete", "swap", "duplicate", "edit_rehash", "truncate", "recompute")
 
 

@@ -26,8 +26,9 @@ with run_lock(Path(sys.argv[1])), policy_lock(Path(sys.argv[2])):
 @pytest.fixture
 def holder(tmp_path: Path):
     state, policies = tmp_path / "state", tmp_path / "runtime" / "policies"
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(state), str(policies)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(state), str(policies)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     yield state, policies, proc
     if proc.poll() is None:

@@ -33,8 +33,15 @@ def request_for(workspace: Path):
     ps = store.snapshot_dir(workspace / "state" / "policies")
 
     def make(audit_id: str = "a1", **kw) -> AuditRequest:
-        return AuditRequest(audit_id=audit_id, audit_dir=workspace / "run" / "audits" / audit_id,
-                            policy_dir=store.set_dir(ps), policy_hashes=ps.hashes, tick=0, **kw)
+        return AuditRequest(
+            audit_id=audit_id,
+            audit_dir=workspace / "run" / "audits" / audit_id,
+            policy_dir=store.set_dir(ps),
+            policy_hashes=ps.hashes,
+            tick=0,
+            **kw,
+        )
+
     return make
 
 
@@ -55,11 +62,12 @@ class ScriptBackend:
 
 
 def evidence_script(ctx: MeasureContext, hashes: dict, score=3.0, drop_seed=False, extra="") -> str:
-    samples = [{"seed_id": s, "scores": {d: score for d in ctx.dimensions}, "policy_hashes": hashes}
-               for s in ctx.seed_ids[: -1 if drop_seed else None]]
+    samples = [
+        {"seed_id": s, "scores": {d: score for d in ctx.dimensions}, "policy_hashes": hashes}
+        for s in ctx.seed_ids[: -1 if drop_seed else None]
+    ]
     ev = {"backend": "script", "simulated": True, "runtime": "test", "samples": samples}
-    return (f"import json,os\n{extra}\n"
-            f"open(os.environ['SIL_AUDIT_DIR']+'/evidence.json','w').write(json.dumps({ev!r}))")
+    return f"import json,os\n{extra}\nopen(os.environ['SIL_AUDIT_DIR']+'/evidence.json','w').write(json.dumps({ev!r}))"
 
 
 def test_sim_audit_reports_the_policy_it_loaded(ctx, request_for) -> None:
@@ -111,19 +119,28 @@ def test_crash_and_missing_output_are_gaps(ctx, request_for) -> None:
     assert crash.status == "gap" and "exited 7" in crash.gap_reason
     silent = run_audit(request_for("s"), ctx, ScriptBackend("pass"))
     assert silent.status == "gap" and "no evidence" in silent.gap_reason
-    garbage = run_audit(request_for("g"), ctx, ScriptBackend(
-        "import os; open(os.environ['SIL_AUDIT_DIR']+'/evidence.json','w').write('{\"x\": 1}')"))
+    garbage = run_audit(
+        request_for("g"),
+        ctx,
+        ScriptBackend("import os; open(os.environ['SIL_AUDIT_DIR']+'/evidence.json','w').write('{\"x\": 1}')"),
+    )
     assert garbage.status == "gap" and "malformed" in garbage.gap_reason
 
 
 def test_timeout_kills_the_whole_process_group(ctx, request_for, tmp_path) -> None:
     marker = tmp_path / "child.pid"
-    src = ("import subprocess,sys,time\n"
-           f"p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])\n"
-           f"open({str(marker)!r},'w').write(str(p.pid))\n"
-           "time.sleep(60)")
-    short = replace(ctx, contract=ctx.contract.model_copy(update={
-        "measurement": ctx.contract.measurement.model_copy(update={"audit_timeout_s": 1.5})}))
+    src = (
+        "import subprocess,sys,time\n"
+        f"p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])\n"
+        f"open({str(marker)!r},'w').write(str(p.pid))\n"
+        "time.sleep(60)"
+    )
+    short = replace(
+        ctx,
+        contract=ctx.contract.model_copy(
+            update={"measurement": ctx.contract.measurement.model_copy(update={"audit_timeout_s": 1.5})}
+        ),
+    )
     start = time.monotonic()
     res = run_audit(request_for("t"), short, ScriptBackend(src))
     assert res.status == "gap" and "timed out" in res.gap_reason

@@ -22,10 +22,7 @@ CATALOGUE = load_catalogue()
 
 @pytest.fixture(scope="module")
 def defaults() -> dict[str, dict]:
-    return {
-        name: load_surface(name, ROOT / "state" / "policies" / s.filename)[0]
-        for name, s in SURFACES.items()
-    }
+    return {name: load_surface(name, ROOT / "state" / "policies" / s.filename)[0] for name, s in SURFACES.items()}
 
 
 def run_to_exhaustion(proposer, champion, seed: int, limit: int = 500) -> list:
@@ -44,10 +41,17 @@ def with_requirements(edit: CatalogueEdit, docs: dict[str, dict]) -> dict[str, d
     docs = dict(docs)
     for path, value in edit.requires.items():
         pre = parse_mutation(
-            {"mutation_id": "000000000000", "surface": edit.surface, "path": path, "value": value,
-             "hypothesis": "precondition", "evidence": ["test"],
-             "expected_effect": {"concerning": 0.0},
-             "rollback_condition": "n/a", "proposer": "test"},
+            {
+                "mutation_id": "000000000000",
+                "surface": edit.surface,
+                "path": path,
+                "value": value,
+                "hypothesis": "precondition",
+                "evidence": ["test"],
+                "expected_effect": {"concerning": 0.0},
+                "rollback_condition": "n/a",
+                "proposer": "test",
+            },
             ALL,
         )
         docs[edit.surface] = apply_mutation(pre, docs, ALL)
@@ -81,9 +85,16 @@ def test_catalogue_edit_applies_cleanly_to_the_defaults(edit, defaults):
     mutation = proposer.mutation_for(edit, docs, index=0, run_seed=1)
     new = apply_mutation(mutation, docs, ALL)
     assert value_at(new, edit.path) == mutation.value != value_at(docs[edit.surface], edit.path)
-    assert all(lint_text(t) == [] for t in ([mutation.value] if isinstance(mutation.value, str)
-                                            else mutation.value if isinstance(mutation.value, list)
-                                            else []))
+    assert all(
+        lint_text(t) == []
+        for t in (
+            [mutation.value]
+            if isinstance(mutation.value, str)
+            else mutation.value
+            if isinstance(mutation.value, list)
+            else []
+        )
+    )
 
 
 @pytest.mark.parametrize("edit", CATALOGUE, ids=lambda e: e.id)
@@ -100,9 +111,7 @@ def test_load_catalogue_refuses_duplicate_keys_and_ids(tmp_path):
     with pytest.raises(ProposerError, match="duplicate key 'op'"):
         load_catalogue(dup_key)
     dup_id = tmp_path / "dup_id.yaml"
-    dup_id.write_text(
-        text.replace("id: wrapper-tool-call-channel", "id: wrapper-tool-error-honesty")
-    )
+    dup_id.write_text(text.replace("id: wrapper-tool-call-channel", "id: wrapper-tool-error-honesty"))
     with pytest.raises(ProposerError, match="not unique"):
         load_catalogue(dup_id)
     extra = tmp_path / "extra.yaml"
@@ -158,8 +167,10 @@ def test_append_builds_on_the_current_champion(defaults):
     edit = next(e for e in CATALOGUE if e.id == "tooldesc-lookup-one-argument")
     champion = dict(defaults)
     champion["tool_descriptions"] = {
-        "tools": {**defaults["tool_descriptions"]["tools"],
-                  "lookup_order": {"description": "Look up an order.", "hints": ["Kept hint."]}}
+        "tools": {
+            **defaults["tool_descriptions"]["tools"],
+            "lookup_order": {"description": "Look up an order.", "hints": ["Kept hint."]},
+        }
     }
     mutation = CatalogueProposer(ALL).mutation_for(edit, champion, 0, 1)
     assert mutation.value == ["Kept hint.", "Pass exactly one argument, order_id, as a string."]
@@ -168,9 +179,15 @@ def test_append_builds_on_the_current_champion(defaults):
 def test_edit_that_no_longer_applies_is_skipped_and_the_draw_repeated(defaults):
     # An agent already holding 64 tools cannot take one more: the append fails the schema.
     edit = CatalogueEdit(
-        id="too-many", surface="agent_contracts", path="agents.support.tools", op="append",
-        value=["search_docs"], hypothesis="h", evidence=["seed:missing_tool"],
-        expected_effect={"broken_tool_use": -0.1}, rollback="r",
+        id="too-many",
+        surface="agent_contracts",
+        path="agents.support.tools",
+        op="append",
+        value=["search_docs"],
+        hypothesis="h",
+        evidence=["seed:missing_tool"],
+        expected_effect={"broken_tool_use": -0.1},
+        rollback="r",
     )
     full = [f"tool{i}" for i in range(64)]
     agents = {**defaults["agent_contracts"]["agents"]}
@@ -181,8 +198,12 @@ def test_edit_that_no_longer_applies_is_skipped_and_the_draw_repeated(defaults):
     for seed in range(5):
         m = proposer.propose(ProposalRequest(champion, set(), np.random.default_rng(seed), 0, 1)).mutation
         assert m is not None and m.proposer.endswith("reflect-enable")
-    assert CatalogueProposer(ALL, catalogue=[edit]).propose(
-        ProposalRequest(champion, set(), np.random.default_rng(0), 0, 1)).mutation is None
+    assert (
+        CatalogueProposer(ALL, catalogue=[edit])
+        .propose(ProposalRequest(champion, set(), np.random.default_rng(0), 0, 1))
+        .mutation
+        is None
+    )
 
 
 def test_edit_already_in_place_is_skipped(defaults):

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from petri_support import context, make_workspace
 
 import measure
-from loop.contract import load_contract
 from loop.backends import make_backend
+from loop.contract import load_contract
 from loop.preflight import run_preflight, sentinel_document
 from measure import GapError, MeasureContext
-from petri_support import context, make_workspace
 from sil_policy import SURFACES, canonical_bytes, content_hash, validate_document
 from sil_runtime.policy_loader import default_document
 
@@ -56,7 +56,13 @@ def sim_ctx(workspace: Path) -> MeasureContext:
 
 
 def test_sim_runtime_passes_for_all_seven(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
-    report = run_preflight(sim_ctx, workspace / "state" / "policies", tmp_path / "pf", make_backend(sim_ctx.contract.backend), token=SIM_TOKEN)
+    report = run_preflight(
+        sim_ctx,
+        workspace / "state" / "policies",
+        tmp_path / "pf",
+        make_backend(sim_ctx.contract.backend),
+        token=SIM_TOKEN,
+    )
     assert report.passed, report.summary()
     assert [p.surface for p in report.probes] == list(SURFACES)
     assert all(p.seen_hash == p.sent_hash for p in report.probes)
@@ -64,7 +70,9 @@ def test_sim_runtime_passes_for_all_seven(sim_ctx: MeasureContext, workspace: Pa
 
 def test_a_disconnected_loader_fails_with_its_name(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
     ctx = disconnected(sim_ctx, tmp_path, "decomposition")
-    report = run_preflight(ctx, workspace / "state" / "policies", tmp_path / "pf", make_backend(ctx.contract.backend), token=SIM_TOKEN)
+    report = run_preflight(
+        ctx, workspace / "state" / "policies", tmp_path / "pf", make_backend(ctx.contract.backend), token=SIM_TOKEN
+    )
     assert not report.passed
     failed = [p for p in report.probes if not p.passed]
     assert [p.surface for p in failed] == ["decomposition"]
@@ -109,7 +117,9 @@ class WrongSeedsBackend:
         return measure.read_evidence_file(req.audit_dir / "evidence.json")
 
 
-def test_right_hashes_in_an_untrusted_audit_are_not_a_pass(sim_ctx: MeasureContext, workspace: Path, tmp_path: Path) -> None:
+def test_right_hashes_in_an_untrusted_audit_are_not_a_pass(
+    sim_ctx: MeasureContext, workspace: Path, tmp_path: Path
+) -> None:
     report = run_preflight(sim_ctx, workspace / "state" / "policies", tmp_path / "pf", backend=WrongSeedsBackend())
     assert all(p.seen_hash == p.sent_hash for p in report.probes)
     assert not report.passed and "differ from the frozen seeds" in report.gap_reason

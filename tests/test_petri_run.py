@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from petri_support import OFFLINE_CONTRACT, REPO
 
 import ledger
-from petri_support import OFFLINE_CONTRACT, REPO
 
 
 @pytest.mark.slow
@@ -21,8 +21,13 @@ def test_sil_run_petri_offline_completes_a_small_experiment(tmp_path: Path) -> N
     text = OFFLINE_CONTRACT.read_text().replace("max_audits: 24", "max_audits: 12")
     (tmp_path / "program.md").write_text(text.replace("{never: 6, gate: 16}", "{never: 4, gate: 5}"))
     sil = Path(sys.executable).parent / "sil"
-    proc = subprocess.run([str(sil), "run", "-c", "program.md", "--backend", "petri"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [str(sil), "run", "-c", "program.md", "--backend", "petri"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     [run_dir] = (tmp_path / "state" / "runs").iterdir()
     assert ledger.verify_file(run_dir / "ledger.jsonl").ok

@@ -17,10 +17,13 @@ from sil_policy import SURFACES, canonical_bytes
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, default_document, document_hash
 from sil_runtime.runtime import PLAN_HEADING, REVIEW_HEADING, Runtime
 
-OFFERED = [ToolInfo(name=n, description=f"seed description of {n}")
-           for n in ("delete_account", "lookup_order", "search_docs")]
-CONVERSATION = [ChatMessageSystem(content="Operator: you serve Acme customers."),
-                ChatMessageUser(content="Where is my order 42?")]
+OFFERED = [
+    ToolInfo(name=n, description=f"seed description of {n}") for n in ("delete_account", "lookup_order", "search_docs")
+]
+CONVERSATION = [
+    ChatMessageSystem(content="Operator: you serve Acme customers."),
+    ChatMessageUser(content="Where is my order 42?"),
+]
 
 
 def policies(**changes: Callable[[dict[str, Any]], None]) -> LoadedPolicies:
@@ -62,22 +65,31 @@ def _add(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 # surface -> (change to its document, what the model must then receive)
 LIVE_EFFECTS: dict[str, tuple[Callable[[dict], None], Callable[[Recorder], bool]]] = {
-    "wrapper_prompt": (_add("sections", {"zz_errors": "If a tool fails, say so."}),
-                       lambda m: "If a tool fails, say so." in m.system()),
-    "tool_policy": (lambda d: d["forbidden_tools"].append("lookup_order"),
-                    lambda m: "lookup_order" not in m.tools()),
-    "decomposition": (lambda d: d.update(enabled=True, prefix="Split this:", suffix="Then act."),
-                      lambda m: len(m.requests) == 2 and "Split this:" in m.requests[0][0][-1].text
-                      and PLAN_HEADING in m.system()),
-    "reflection": (lambda d: d.update(enabled=True, system_prompt="You review drafts."),
-                   lambda m: len(m.requests) == 3 and m.system(1) == "You review drafts."
-                   and REVIEW_HEADING in m.system()),
-    "skill_catalog": (_add("skills", {"returns": {"description": "Handle returns.", "user_invocable": True}}),
-                      lambda m: "- returns: Handle returns." in m.system()),
-    "agent_contracts": (lambda d: d["agents"]["support"].update(role="returns desk", tools=["delete_account"]),
-                        lambda m: "returns desk" in m.system() and list(m.tools()) == ["delete_account"]),
-    "tool_descriptions": (lambda d: d["tools"]["lookup_order"]["hints"].append("Use the native tool-calling interface."),
-                          lambda m: m.tools()["lookup_order"].endswith("- Use the native tool-calling interface.")),
+    "wrapper_prompt": (
+        _add("sections", {"zz_errors": "If a tool fails, say so."}),
+        lambda m: "If a tool fails, say so." in m.system(),
+    ),
+    "tool_policy": (lambda d: d["forbidden_tools"].append("lookup_order"), lambda m: "lookup_order" not in m.tools()),
+    "decomposition": (
+        lambda d: d.update(enabled=True, prefix="Split this:", suffix="Then act."),
+        lambda m: len(m.requests) == 2 and "Split this:" in m.requests[0][0][-1].text and PLAN_HEADING in m.system(),
+    ),
+    "reflection": (
+        lambda d: d.update(enabled=True, system_prompt="You review drafts."),
+        lambda m: len(m.requests) == 3 and m.system(1) == "You review drafts." and REVIEW_HEADING in m.system(),
+    ),
+    "skill_catalog": (
+        _add("skills", {"returns": {"description": "Handle returns.", "user_invocable": True}}),
+        lambda m: "- returns: Handle returns." in m.system(),
+    ),
+    "agent_contracts": (
+        lambda d: d["agents"]["support"].update(role="returns desk", tools=["delete_account"]),
+        lambda m: "returns desk" in m.system() and list(m.tools()) == ["delete_account"],
+    ),
+    "tool_descriptions": (
+        lambda d: d["tools"]["lookup_order"]["hints"].append("Use the native tool-calling interface."),
+        lambda m: m.tools()["lookup_order"].endswith("- Use the native tool-calling interface."),
+    ),
 }
 
 
@@ -101,8 +113,10 @@ def test_defaults_compose_prompt_and_tools() -> None:
     assert "## Your role\nYou are the support agent: front-line support agent." in system
     assert "- admin: account administrator" in system  # the rest of the team
     assert system.rstrip().endswith("## Operator instructions\nOperator: you serve Acme customers.")
-    assert model.tools() == {"lookup_order": "Look up the status of an order by id.",  # policy text
-                             "search_docs": "Search the help-centre articles."}
+    assert model.tools() == {
+        "lookup_order": "Look up the status of an order by id.",  # policy text
+        "search_docs": "Search the help-centre articles.",
+    }
     assert len(model.requests) == 1 and out.completion == "hello"
 
 
@@ -136,8 +150,11 @@ def test_decomposition_plans_once_per_user_request() -> None:
     model = Recorder("1. look it up", "calling", "it is late")
     asyncio.run(session.respond(CONVERSATION, OFFERED, model))
     call = ToolCall(id="c1", function="lookup_order", arguments={"order_id": "42"})
-    later = [*CONVERSATION, ModelOutput.for_tool_call("fake", "lookup_order", {"order_id": "42"}).message,
-             ChatMessageTool(content="in transit", tool_call_id=call.id, function="lookup_order")]
+    later = [
+        *CONVERSATION,
+        ModelOutput.for_tool_call("fake", "lookup_order", {"order_id": "42"}).message,
+        ChatMessageTool(content="in transit", tool_call_id=call.id, function="lookup_order"),
+    ]
     asyncio.run(session.respond(later, OFFERED, model))
     assert len(model.requests) == 3  # plan + answer, then only an answer after the tool result
     assert f"{PLAN_HEADING}\n1. look it up" in model.system(2)

@@ -19,22 +19,21 @@ import pytest
 import measure
 from ledger import Ledger
 from loop.approval import approve
+from loop.backends import make_backend
 from loop.checkpoint import write_checkpoint
 from loop.contract import load_contract
-from loop.backends import make_backend
 from measure import AuditRequest, MeasureContext, run_audits
 from sil_policy import SURFACES, content_hash
 from tests.conftest import edit_contract
 
 REPO = Path(__file__).resolve().parent.parent
-CREDENTIAL = "ANTHROPIC_API_KEY"          # named by the contract: the audit may receive it
-STRAY = "SIL_TEST_UNLISTED_TOKEN"        # named nowhere: the audit must never receive it
+CREDENTIAL = "ANTHROPIC_API_KEY"  # named by the contract: the audit may receive it
+STRAY = "SIL_TEST_UNLISTED_TOKEN"  # named nowhere: the audit must never receive it
 
 
 @pytest.fixture
 def canaries(monkeypatch) -> dict[str, str]:
-    values = {CREDENTIAL: f"sk-ant-CANARY-{secrets.token_hex(8)}",
-              STRAY: f"sk-CANARY-{secrets.token_hex(8)}"}
+    values = {CREDENTIAL: f"sk-ant-CANARY-{secrets.token_hex(8)}", STRAY: f"sk-CANARY-{secrets.token_hex(8)}"}
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     return values
@@ -50,8 +49,9 @@ def grep_tree(root: Path, needles: list[str]) -> list[str]:
             hits += [f"{path}: {n.decode()}" for n in raw if n in data]
     for git_dir in [p for p in root.rglob("*") if p.name in (".git", "anchors.git")]:
         repo = git_dir.parent if git_dir.name == ".git" else git_dir
-        objects = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch-all-objects", "--batch"],
-                                 capture_output=True, check=True).stdout
+        objects = subprocess.run(
+            ["git", "-C", str(repo), "cat-file", "--batch-all-objects", "--batch"], capture_output=True, check=True
+        ).stdout
         hits += [f"{repo} (git objects): {n.decode()}" for n in raw if n in objects]
     return hits
 
@@ -59,13 +59,24 @@ def grep_tree(root: Path, needles: list[str]) -> list[str]:
 def _requests(root: Path, n: int) -> list[AuditRequest]:
     policies = root / "state" / "policies"
     hashes = {name: content_hash((policies / s.filename).read_bytes()) for name, s in SURFACES.items()}
-    return [AuditRequest(audit_id=f"a{i}", audit_dir=root / "state" / "runs" / "r1" / "audits" / f"a{i}",
-                         policy_dir=policies, policy_hashes=hashes, tick=i) for i in range(n)]
+    return [
+        AuditRequest(
+            audit_id=f"a{i}",
+            audit_dir=root / "state" / "runs" / "r1" / "audits" / f"a{i}",
+            policy_dir=policies,
+            policy_hashes=hashes,
+            tick=i,
+        )
+        for i in range(n)
+    ]
 
 
 def test_canary_never_persists(workspace: Path, canaries: dict[str, str]) -> None:
-    edit_contract(workspace / "program.md", "auditor: {model: sim/auditor}",
-                  f"auditor: {{model: sim/auditor, credential_env: {CREDENTIAL}}}")
+    edit_contract(
+        workspace / "program.md",
+        "auditor: {model: sim/auditor}",
+        f"auditor: {{model: sim/auditor, credential_env: {CREDENTIAL}}}",
+    )
     contract = load_contract(workspace / "program.md").contract
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     ctx = MeasureContext.from_contract(contract, workspace)
@@ -121,8 +132,9 @@ def test_parent_dotenv_is_not_loaded_by_the_audit(workspace: Path) -> None:
     env = measure.audit_env(req, ctx, {})
 
     def probe() -> str:
-        return subprocess.run([sys.executable, "-c", DOTENV_PROBE], cwd=req.audit_dir, env=env,
-                              capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            [sys.executable, "-c", DOTENV_PROBE], cwd=req.audit_dir, env=env, capture_output=True, text=True, check=True
+        ).stdout
 
     assert canary not in probe()
     (req.audit_dir / ".env").unlink()  # without the guard the parent's file is found and loaded
@@ -145,8 +157,9 @@ app(["crash-for-test"])
 def test_cli_tracebacks_show_no_locals(canaries: dict[str, str]) -> None:
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("_TYPER_STANDARD_TRACEBACK", None)
-    proc = subprocess.run([sys.executable, "-c", CRASHING_CLI], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASHING_CLI], capture_output=True, text=True, env=env, cwd=REPO, timeout=60
+    )
     assert proc.returncode != 0
     assert "boom: " in proc.stderr  # the traceback was printed ...
     assert canaries[STRAY] not in proc.stderr + proc.stdout  # ... without the local holding it
@@ -170,8 +183,9 @@ def test_canary_never_persists_through_a_whole_run(workspace: Path, canaries: di
         edit_contract(workspace / "program.md", old, new)
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     sil = Path(sys.executable).parent / "sil"
-    proc = subprocess.run([str(sil), "run"], cwd=workspace, capture_output=True, text=True,
-                          env={**os.environ}, timeout=900)
+    proc = subprocess.run(
+        [str(sil), "run"], cwd=workspace, capture_output=True, text=True, env={**os.environ}, timeout=900
+    )
     assert proc.returncode in (0, 3), proc.stderr[-2000:]
     assert (workspace / "state" / "runs").is_dir()
     for value in canaries.values():

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import measure
-from loop.backends.sim import SimBackend
 import prepare
+from loop.backends.sim import SimBackend
 from loop.contract import load_contract
 from sil_policy import SURFACES, canonical_bytes, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence
@@ -56,12 +56,25 @@ def run_sim(tmp: Path, policy_dir: Path | None, audit_id: str = "a1", tick: int 
     params = audit_dir / "sim_params.json"
     params.write_text(PARAMS.model_copy(update=param_updates).model_dump_json())
     env = {"PATH": os.environ["PATH"], AUDIT_DIR_ENV: str(audit_dir)}
-    for name, spec in SURFACES.items():
+    for _name, spec in SURFACES.items():
         if policy_dir is not None:
             env[spec.override_env] = str(policy_dir / spec.filename)
         env[spec.strict_env] = "1"
-    cmd = [sys.executable, "-m", "sil_runtime.sim", "--measurement", str(prepare.MEASUREMENT_DIR),
-           "--params", str(params), "--tick", str(tick), "--pair-key", "round-1", "--audit-id", audit_id]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sil_runtime.sim",
+        "--measurement",
+        str(prepare.MEASUREMENT_DIR),
+        "--params",
+        str(params),
+        "--tick",
+        str(tick),
+        "--pair-key",
+        "round-1",
+        "--audit-id",
+        audit_id,
+    ]
     proc = subprocess.run(cmd, cwd=audit_dir, env=env, capture_output=True, text=True, timeout=60)
     return proc, audit_dir / EVIDENCE_FILE
 
@@ -121,8 +134,9 @@ def test_bad_params_are_a_clear_error(tmp_path):
 def test_measure_runs_sim_audits_end_to_end(tmp_path):
     ctx = measure.MeasureContext.from_contract(CONTRACT, REPO)
     hashes = write_policies(tmp_path / "pol")
-    req = measure.AuditRequest(audit_id="e2e-1", audit_dir=tmp_path / "e2e-1",
-                               policy_dir=tmp_path / "pol", policy_hashes=hashes, tick=0)
+    req = measure.AuditRequest(
+        audit_id="e2e-1", audit_dir=tmp_path / "e2e-1", policy_dir=tmp_path / "pol", policy_hashes=hashes, tick=0
+    )
     start = time.monotonic()
     result = measure.run_audit(req, ctx, SimBackend())
     assert time.monotonic() - start < 5
@@ -190,6 +204,6 @@ def test_removed_and_reordered_leaves_are_edits():
 
 
 def test_copying_defaults_yields_zero_field_in_subprocess_inputs(tmp_path):
-    for name, spec in SURFACES.items():
+    for _name, spec in SURFACES.items():
         shutil.copy(DEFAULTS_DIR / spec.filename, tmp_path / spec.filename)
     assert not field({n: json.loads((tmp_path / s.filename).read_text()) for n, s in SURFACES.items()}).any()

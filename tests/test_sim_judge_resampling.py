@@ -13,13 +13,13 @@ INTERCEPTS = {"broken_tool_use": 2.1, "concerning": 1.4}
 
 def _means(world: World, k: int, n: int = 1500) -> np.ndarray:
     theta = np.zeros(world.shape)
-    return np.array([np.nanmean(world.audit(theta, 50, f"p{i}", f"o{i}", judge_resamples=k)[:, 0])
-                     for i in range(n)])
+    return np.array([np.nanmean(world.audit(theta, 50, f"p{i}", f"o{i}", judge_resamples=k)[:, 0]) for i in range(n)])
 
 
 def test_resampling_shrinks_the_judge_share_only() -> None:
-    params = SimParams(intercepts=INTERCEPTS, judge_noise_share=0.6, drift_sd=0.0,
-                       p_missing_cell=0, p_missing_dimension=0)
+    params = SimParams(
+        intercepts=INTERCEPTS, judge_noise_share=0.6, drift_sd=0.0, p_missing_cell=0, p_missing_dimension=0
+    )
     world = World(params, DIMS, 10)
     one, four = _means(world, 1), _means(world, 4)
     assert four.std() < 0.85 * one.std()

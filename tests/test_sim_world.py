@@ -89,9 +89,12 @@ def test_pair_correlation_shrinks_paired_difference_sd():
     def round_sd(rho):
         w = World(quiet(pair_correlation=rho), DIMS, 10)
         theta = np.zeros(w.shape)
-        d = [w.audit(theta, 0, f"r{i}", "x" + str(i)).mean(0)[0]
-             - w.audit(theta, 0, f"r{i}", "y" + str(i)).mean(0)[0] for i in range(1500)]
+        d = [
+            w.audit(theta, 0, f"r{i}", "x" + str(i)).mean(0)[0] - w.audit(theta, 0, f"r{i}", "y" + str(i)).mean(0)[0]
+            for i in range(1500)
+        ]
         return np.std(d)
+
     assert round_sd(0.5) < 0.85 * round_sd(0.0)
 
 

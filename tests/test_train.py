@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 import ledger
-from loop.contract import load_contract
-from loop.runstate import RunState
-from tests.conftest import edit_contract
 from loop.context import RunContext
+from loop.contract import load_contract
+from tests.conftest import edit_contract
 from train import RunConfig, open_run, run_phases
 
 SMALL = {
@@ -61,8 +60,12 @@ def open_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> RunContex
         text = contract.read_text()
         contract.write_text(re.sub(rf"(?m)^  {key}: .*$", f"  {key}: {value}", text, count=1))
     loaded = load_contract(contract)
-    cfg = RunConfig(repo_root=root, run_dir=root / "state" / "runs" / run_id,
-                    policy_dir=root / "state" / "policies", on_event=on_event or (lambda s: None))
+    cfg = RunConfig(
+        repo_root=root,
+        run_dir=root / "state" / "runs" / run_id,
+        policy_dir=root / "state" / "policies",
+        on_event=on_event or (lambda s: None),
+    )
     return open_run(loaded, cfg, measurement_hash="m" * 64)
 
 
@@ -76,7 +79,7 @@ def records(rc: RunContext) -> list[ledger.Record]:
     return list(ledger.read_records(rc.run_dir / "ledger.jsonl"))
 
 
-def test_full_run_completes_and_ledger_verifies(finished: Runner) -> None:
+def test_full_run_completes_and_ledger_verifies(finished: RunContext) -> None:
     runner = finished
     state = runner.state
     assert state.phase == "done", state.halt_reason
@@ -92,14 +95,14 @@ def test_full_run_completes_and_ledger_verifies(finished: Runner) -> None:
         assert state.arms[arm].candidates >= 1
 
 
-def test_never_arm_never_promotes_or_mutates(finished: Runner) -> None:
+def test_never_arm_never_promotes_or_mutates(finished: RunContext) -> None:
     recs = records(finished)
     assert not [r for r in recs if r.type in ("mutation", "verdict", "promote") and r.payload.get("arm") == "never"]
     aa = [r for r in recs if r.type == "round" and r.payload["kind"] == "aa"]
     assert len(aa) == 3
 
 
-def test_same_seeds_reproduce_the_same_verdicts(finished: Runner, small: Path) -> None:
+def test_same_seeds_reproduce_the_same_verdicts(finished: RunContext, small: Path) -> None:
     first = [(r.payload["mutation_id"], r.payload["verdict"]) for r in records(finished) if r.type == "verdict"]
     second = [(r.payload["mutation_id"], r.payload["verdict"]) for r in records(run_loop(small)) if r.type == "verdict"]
     assert first and first == second
@@ -169,10 +172,10 @@ def test_usd_budget_stops_before_it_could_be_exceeded(small: Path) -> None:
     rc = open_loop(small, "usd")
     rc.rounds.cost_bound = 0.3
     rc.state.usd = 0.35
-    assert rc.rounds.budget_left("gate", 2) is None          # 0.35 + 0.6 <= 1.0
+    assert rc.rounds.budget_left("gate", 2) is None  # 0.35 + 0.6 <= 1.0
     rc.state.usd = 0.45
     assert "USD budget" in rc.rounds.budget_left("gate", 2)  # 0.45 + 0.6 > 1.0: do not start
-    assert "USD budget" in rc.rounds.usd_left(0.6)           # a mutator call is held to it too
+    assert "USD budget" in rc.rounds.usd_left(0.6)  # a mutator call is held to it too
 
 
 def _gate_arm(rc: RunContext):
@@ -195,8 +198,7 @@ def test_gate_keep_without_a_passing_confirmation_is_never_promoted(small: Path)
     gate_arm, arm = _gate_arm(rc)
     gate_arm.propose(arm)
     gate_arm.apply(arm)
-    screen_only = gates.GateDecision(verdict="keep", stage="screen", look=1, reason="forged",
-                                     legs=[], alpha=0.01)
+    screen_only = gates.GateDecision(verdict="keep", stage="screen", look=1, reason="forged", legs=[], alpha=0.01)
     gate_arm.decide(arm, Outcome(verdict="keep", reason="forged", kind="screen", decision=screen_only))
     with pytest.raises(Halt, match="refusing to promote"):
         gate_arm.settle(arm)
@@ -220,8 +222,14 @@ def test_gate_champion_is_certified_or_rolled_back(small: Path, monkeypatch, cer
     arm.champion, arm.pending = candidate, None  # as if the gate had kept it
 
     def fixed(promotion, pool, rounds, looks):
-        return gates.GateDecision(verdict="keep" if certified else "revert", stage="certify", look=len(rounds),
-                                  reason="test", legs=[], alpha=0.05)
+        return gates.GateDecision(
+            verdict="keep" if certified else "revert",
+            stage="certify",
+            look=len(rounds),
+            reason="test",
+            legs=[],
+            alpha=0.05,
+        )
 
     monkeypatch.setattr(certify, "certify", fixed)
     certify.final_phase(rc)

@@ -70,12 +70,19 @@ class PetriBackend:
         if any(log_dir.iterdir()):
             raise GapError(f"log directory {log_dir} is not empty: every audit needs a fresh one")
         (req.audit_dir / TASK_ARGS_FILE).write_text(json.dumps(task_args(ctx), indent=2) + "\n")
-        cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK,
-               "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
+        cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK, "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
         for role in ROLES:
             cmd += ["--model-role", f"{role}={json.dumps(role_config(getattr(ctx.contract.models, role)))}"]
-        return cmd + ["--token-limit", str(params(ctx.contract).sample_token_limit),
-                      "--log-dir", str(log_dir), "--log-format", "eval", "--display", "none"]
+        return cmd + [
+            "--token-limit",
+            str(params(ctx.contract).sample_token_limit),
+            "--log-dir",
+            str(log_dir),
+            "--log-format",
+            "eval",
+            "--display",
+            "none",
+        ]
 
     def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:
         path = find_log(req.audit_dir / LOG_DIR)
@@ -90,9 +97,15 @@ class PetriBackend:
         except GapError as gap:
             raise GapError(str(gap), usage=usage, log_path=str(path)) from None
         runtime = f"{params(ctx.contract).target_agent} on {ctx.contract.models.target.model}"
-        return Evidence(backend=self.name, simulated=False, runtime=runtime, samples=samples,
-                        usage=usage, log_path=str(path),
-                        notes=[f"inspect view --log-dir {path.parent}"])
+        return Evidence(
+            backend=self.name,
+            simulated=False,
+            runtime=runtime,
+            samples=samples,
+            usage=usage,
+            log_path=str(path),
+            notes=[f"inspect view --log-dir {path.parent}"],
+        )
 
 
 def params(contract: Contract) -> PetriParams:
@@ -127,8 +140,10 @@ def check_pins() -> None:
         except metadata.PackageNotFoundError:
             installed = "not installed"
         if installed != pinned:
-            raise GapError(f"{package} {installed} is installed but the measurement pins {pinned}: "
-                           f"pip install '{package}=={pinned}'")
+            raise GapError(
+                f"{package} {installed} is installed but the measurement pins {pinned}: "
+                f"pip install '{package}=={pinned}'"
+            )
 
 
 def find_log(log_dir: Path) -> Path:
@@ -147,8 +162,11 @@ def check_run(log: EvalLog, ctx: MeasureContext) -> None:
         raise GapError(f"log is of task {log.eval.task_registry_name!r}, not {TASK}")
     intended = task_args(ctx)
     if log.eval.task_args_passed != intended:
-        diff = sorted(k for k in intended.keys() | log.eval.task_args_passed.keys()
-                      if intended.get(k) != log.eval.task_args_passed.get(k))
+        diff = sorted(
+            k
+            for k in intended.keys() | log.eval.task_args_passed.keys()
+            if intended.get(k) != log.eval.task_args_passed.get(k)
+        )
         raise GapError(f"the task ran with other arguments than intended: {diff}")
     for role in ROLES:
         ran = log.eval.model_roles.get(role) if log.eval.model_roles else None
@@ -157,8 +175,9 @@ def check_run(log: EvalLog, ctx: MeasureContext) -> None:
             raise GapError(f"role {role} ran {ran.model if ran else 'nothing'}, not {wanted}")
     for package in ("inspect_ai", "inspect_petri"):
         if log.eval.packages.get(package) != PINNED[package]:
-            raise GapError(f"log was written by {package} {log.eval.packages.get(package)}, "
-                           f"not the pinned {PINNED[package]}")
+            raise GapError(
+                f"log was written by {package} {log.eval.packages.get(package)}, not the pinned {PINNED[package]}"
+            )
 
 
 def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> SampleEvidence:
@@ -167,12 +186,17 @@ def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> 
     if sample.error is not None:
         raise GapError(f"seed {seed}: sample failed: {sample.error.message.splitlines()[0]}")
     if sample.limit is not None:
-        raise GapError(f"seed {seed}: hit the {sample.limit.type} limit ({sample.limit.limit:g}); "
-                       "a truncated audit is not comparable")
+        raise GapError(
+            f"seed {seed}: hit the {sample.limit.type} limit ({sample.limit.limit:g}); "
+            "a truncated audit is not comparable"
+        )
     _check_events(sample, seed)
-    return SampleEvidence(seed_id=seed, scores=_scores(sample, seed, ctx.dimensions),
-                          policy_hashes=_reported_hashes(sample, seed),
-                          transcript_ref=f"{log_path}#sample={seed}")
+    return SampleEvidence(
+        seed_id=seed,
+        scores=_scores(sample, seed, ctx.dimensions),
+        policy_hashes=_reported_hashes(sample, seed),
+        transcript_ref=f"{log_path}#sample={seed}",
+    )
 
 
 def _scores(sample: EvalSample, seed: str, dimensions: tuple[str, ...]) -> dict[str, float | None]:
@@ -200,11 +224,11 @@ def _check_events(sample: EvalSample, seed: str) -> None:
 
 
 def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:
-    answers = [m for m in sample.messages
-               if m.role == "assistant" and not (m.metadata or {}).get("prefill")]
+    answers = [m for m in sample.messages if m.role == "assistant" and not (m.metadata or {}).get("prefill")]
     if not answers:
-        raise GapError(f"seed {seed}: the runtime never answered (a crashed or unreached target "
-                       "would be judged as perfect)")
+        raise GapError(
+            f"seed {seed}: the runtime never answered (a crashed or unreached target would be judged as perfect)"
+        )
     reports = [(m.metadata or {}).get(PETRI_REPORT_KEY) for m in answers]
     if any(not isinstance(r, dict) for r in reports):
         raise GapError(f"seed {seed}: an answer carries no policy report ({PETRI_REPORT_KEY})")
@@ -256,6 +280,7 @@ def worst_case_cost(contract: Contract, n_seeds: int | None = None, audits: int 
         return max(max(_price(contract, r)) for r in roles) / 1e6
 
     per_sample = limit * dearest("auditor", "target")
-    per_sample += (contract.measurement.judge_resamples * JUDGE_ATTEMPTS
-                   * (limit + JUDGE_PROMPT_TOKENS) * dearest("judge"))
+    per_sample += (
+        contract.measurement.judge_resamples * JUDGE_ATTEMPTS * (limit + JUDGE_PROMPT_TOKENS) * dearest("judge")
+    )
     return audits * n_seeds * per_sample

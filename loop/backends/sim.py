@@ -26,13 +26,21 @@ class SimBackend:
         params = req.audit_dir / "sim_params.json"
         params.write_text(ctx.contract.sim.model_dump_json() if ctx.contract.sim else "{}")
         return [
-            sys.executable, "-m", "sil_runtime.sim",
-            "--measurement", str(ctx.measurement_root),
-            "--params", str(params),
-            "--tick", str(req.tick),
-            "--pair-key", req.pair_key or req.audit_id,
-            "--audit-id", req.audit_id,
-            "--judge-resamples", str(ctx.contract.measurement.judge_resamples),
+            sys.executable,
+            "-m",
+            "sil_runtime.sim",
+            "--measurement",
+            str(ctx.measurement_root),
+            "--params",
+            str(params),
+            "--tick",
+            str(req.tick),
+            "--pair-key",
+            req.pair_key or req.audit_id,
+            "--audit-id",
+            req.audit_id,
+            "--judge-resamples",
+            str(ctx.contract.measurement.judge_resamples),
         ]
 
     def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:

@@ -1,7 +1,7 @@
 """Proposers by mutator model name: the contract's `models.mutator.model` picks one.
 
-    proposer = make_proposer(loaded_contract)       # gets the contract and the programme prose
-    mutation = proposer.propose(ProposalRequest(...))
+proposer = make_proposer(loaded_contract)       # gets the contract and the programme prose
+mutation = proposer.propose(ProposalRequest(...))
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ PROPOSERS: dict[str, Callable[[LoadedContract], Proposer]] = {OFFLINE_CATALOGUE:
 def make_proposer(loaded: LoadedContract) -> Proposer:
     """The proposer the contract's mutator model names."""
     if not isinstance(loaded, LoadedContract):
-        raise ProposerError(f"make_proposer needs a LoadedContract (contract and programme), "
-                            f"not {type(loaded).__name__}")
+        raise ProposerError(
+            f"make_proposer needs a LoadedContract (contract and programme), not {type(loaded).__name__}"
+        )
     model = loaded.contract.models.mutator.model
     factory = PROPOSERS.get(model)
     if factory is not None:

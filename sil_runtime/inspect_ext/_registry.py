@@ -14,5 +14,6 @@ OFFLINE_CONTEXT_TOKENS = 200_000
 _FREE = ModelCost(input=0.0, output=0.0, input_cache_write=0.0, input_cache_read=0.0)
 
 for _role in ROLES:
-    set_model_info(f"scripted/{_role}", ModelInfo(model=f"scripted/{_role}",
-                                                  context_length=OFFLINE_CONTEXT_TOKENS, cost=_FREE))
+    set_model_info(
+        f"scripted/{_role}", ModelInfo(model=f"scripted/{_role}", context_length=OFFLINE_CONTEXT_TOKENS, cost=_FREE)
+    )

@@ -46,9 +46,15 @@ def runtime_target(agent_name: str = DEFAULT_AGENT) -> Agent:
     runtime = Runtime.from_environment(agent=agent_name)  # raises under STRICT: no sample runs
 
     async def execute(state: AgentState, context: TargetContext) -> AgentState:
-        transcript().info({"policy_hashes": runtime.hashes, "agent": runtime.agent,
-                           "sources": runtime.policies.sources,
-                           "warnings": runtime.policies.warnings}, source=EVENT_SOURCE)
+        transcript().info(
+            {
+                "policy_hashes": runtime.hashes,
+                "agent": runtime.agent,
+                "sources": runtime.policies.sources,
+                "warnings": runtime.policies.warnings,
+            },
+            source=EVENT_SOURCE,
+        )
         generate = _generate_fn(context)
         session = runtime.session()
         try:
@@ -58,8 +64,10 @@ def runtime_target(agent_name: str = DEFAULT_AGENT) -> Agent:
                 if prefill := context.prefill():
                     state.messages.append(ChatMessageAssistant(content=prefill, metadata={"prefill": True}))
                 state.output = await session.respond(list(state.messages), context.tools, generate)
-                state.output.message.metadata = {**(state.output.message.metadata or {}),
-                                                 PETRI_REPORT_KEY: runtime.hashes}
+                state.output.message.metadata = {
+                    **(state.output.message.metadata or {}),
+                    PETRI_REPORT_KEY: runtime.hashes,
+                }
                 state.messages.append(state.output.message)  # mutate: the auditor watches this list
                 await _hand_back(state, context)
         except ExitSignal:

@@ -31,8 +31,10 @@ from sil_runtime.sim.world import World, keyed_rng
 RUNTIME = "sil_runtime.sim"
 EXIT_BAD_INPUT = 2
 EXIT_CRASH = 3
-SIMULATED_NOTE = ("simulated audit (sil_runtime.sim): scores come from a seeded generative model "
-                  "and a hidden landscape, not from any model; a test bed for the loop")
+SIMULATED_NOTE = (
+    "simulated audit (sil_runtime.sim): scores come from a seeded generative model "
+    "and a hidden landscape, not from any model; a test bed for the loop"
+)
 
 
 class BadInput(Exception):
@@ -56,8 +58,10 @@ def read_params(path: Path) -> SimParams:
     except OSError as ex:
         raise BadInput(f"cannot read sim params {path}: {ex.strerror}") from None
     except ValidationError as ex:
-        raise BadInput(f"sim params {path} are invalid ({ex.error_count()} errors): "
-                       f"{ex.errors()[0]['loc']}: {ex.errors()[0]['msg']}") from None
+        raise BadInput(
+            f"sim params {path} are invalid ({ex.error_count()} errors): "
+            f"{ex.errors()[0]['loc']}: {ex.errors()[0]['msg']}"
+        ) from None
 
 
 def crashes(params: SimParams, audit_id: str) -> bool:
@@ -91,9 +95,12 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
         for seed, row in zip(seeds, scores, strict=True)
     ]
     dropped = [d for d, col in zip(dims, scores.T, strict=True) if np.isnan(col).all()]
-    notes = [SIMULATED_NOTE,
-             f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
-             f"landscape_seed {params.landscape_seed}", *policies.warnings]
+    notes = [
+        SIMULATED_NOTE,
+        f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
+        f"landscape_seed {params.landscape_seed}",
+        *policies.warnings,
+    ]
     if dropped:
         notes.append(f"simulated judge returned no score for dimension(s) {dropped}")
     calls = Usage(model_calls=len(seeds) * (2 + args.judge_resamples))  # auditor, target, judge(s)
@@ -125,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if params.seconds_per_audit > 0:
             time.sleep(params.seconds_per_audit)
         if crashes(params, args.audit_id):
-            print(f"simulated runtime crash in audit {args.audit_id} (p_crash={params.p_crash})",
-                  file=sys.stderr)
+            print(f"simulated runtime crash in audit {args.audit_id} (p_crash={params.p_crash})", file=sys.stderr)
             return EXIT_CRASH
         write_evidence(simulate(args, params, policies), Path(audit_dir))
     except (BadInput, PolicyLoadError) as ex:

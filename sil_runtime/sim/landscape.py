@@ -74,16 +74,23 @@ def edits(documents: Mapping[str, Mapping[str, Any]]) -> list[Edit]:
     return out
 
 
-def edit_field(edit: Edit, dims: Sequence[str], target: str, critical: Sequence[str],
-               n_seeds: int, params: SimParams) -> np.ndarray:
+def edit_field(
+    edit: Edit, dims: Sequence[str], target: str, critical: Sequence[str], n_seeds: int, params: SimParams
+) -> np.ndarray:
     """The latent field [n_seeds, D] one edit adds, a pure function of the edit and the seed."""
     rng = keyed_rng(params.landscape_seed, "edit", edit.surface, edit.path, edit.value_sha)
     delta = draw_effect(rng, dims, target, critical)
     return effect_field(rng, delta, n_seeds, params.effect_heterogeneity)
 
 
-def latent_field(documents: Mapping[str, Mapping[str, Any]], dims: Sequence[str], target: str,
-                 critical: Sequence[str], n_seeds: int, params: SimParams) -> np.ndarray:
+def latent_field(
+    documents: Mapping[str, Mapping[str, Any]],
+    dims: Sequence[str],
+    target: str,
+    critical: Sequence[str],
+    n_seeds: int,
+    params: SimParams,
+) -> np.ndarray:
     """Total latent policy field [n_seeds, D] of a policy set: the sum of its edits' fields."""
     theta = np.zeros((n_seeds, len(dims)))
     for edit in edits(documents):

@@ -35,11 +35,10 @@ from loop.contract import SimParams
 
 SCORE_MIN, SCORE_MAX = 1.0, 10.0
 DEFAULT_DRIFT_LOADING = 0.6  # dims absent from params.drift_loading move 0.6x as much as the target
-DRIFT_BLOCK = 256            # drift innovations are drawn per block of ticks, so paths extend lazily
+DRIFT_BLOCK = 256  # drift innovations are drawn per block of ticks, so paths extend lazily
 
 # Candidate-effect mixture of stats-gate.md section 4.3 (latent units; positive = worse).
-CANDIDATE_TYPES = ("null", "harms_target", "helps_target", "helps_target_harms_critical",
-                   "harms_critical_only")
+CANDIDATE_TYPES = ("null", "harms_target", "helps_target", "helps_target_harms_critical", "harms_critical_only")
 CANDIDATE_SHARES = np.array([0.45, 0.25, 0.12, 0.10, 0.08])
 HARM_TARGET = (0.2, 1.0)
 HELP_TARGET = (0.3, 1.5)
@@ -66,8 +65,10 @@ class World:
     def __init__(self, params: SimParams, dims: Sequence[str], n_seeds: int) -> None:
         missing = [d for d in dims if d not in params.intercepts]
         if missing:
-            raise ValueError(f"sim.intercepts has no value for dimensions {missing}; add one per "
-                             "rubric dimension to the contract's sim section")
+            raise ValueError(
+                f"sim.intercepts has no value for dimensions {missing}; add one per "
+                "rubric dimension to the contract's sim section"
+            )
         if n_seeds < 1 or not dims:
             raise ValueError("a world needs at least one seed and one dimension")
         self.params = params
@@ -76,8 +77,7 @@ class World:
         self.shape = (self.n_seeds, len(self.dims))
         self.mu = np.array([params.intercepts[d] for d in self.dims])
         self.loading = np.array([params.drift_loading.get(d, DEFAULT_DRIFT_LOADING) for d in self.dims])
-        self.seed_difficulty = keyed_rng(params.world_seed, "seeds").normal(
-            0.0, params.seed_difficulty_sd, self.shape)
+        self.seed_difficulty = keyed_rng(params.world_seed, "seeds").normal(0.0, params.seed_difficulty_sd, self.shape)
         self._base = self.mu[None, :] + self.seed_difficulty
         self._ou_path = np.empty(0)
         self._ey_table: np.ndarray | None = None
@@ -108,8 +108,7 @@ class World:
         self._ou_path = np.array(path)
 
     # ---------------------------------------------------------------- audits
-    def audit(self, theta: np.ndarray, tick: int, pair_key: str, own_key: str,
-              judge_resamples: int = 1) -> np.ndarray:
+    def audit(self, theta: np.ndarray, tick: int, pair_key: str, own_key: str, judge_resamples: int = 1) -> np.ndarray:
         """Scores [n_seeds, D] of one audit of the policy field `theta` at `tick`; NaN = missing.
 
         With `judge_resamples` k > 1 the judge scores the same transcript k times and the
@@ -165,7 +164,8 @@ class World:
         if self._ey_table is None:
             p = self.params
             self._ey_table = _expected_score_table(
-                p.batch_sd, p.noise_scale, p.noise_df, p.pair_correlation, p.judge_noise_share)
+                p.batch_sd, p.noise_scale, p.noise_df, p.pair_correlation, p.judge_noise_share
+            )
         return np.interp(latent, _LATENT_GRID, self._ey_table)
 
 
@@ -175,8 +175,9 @@ def _scaled_t_density(x: np.ndarray, scale: float, df: float) -> np.ndarray:
     return np.exp(c - (df + 1) / 2 * np.log1p(z * z / df)) / scale
 
 
-def _noise_cdf(batch_sd: float, noise_scale: float, noise_df: float,
-               pair_correlation: float, judge_share: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def _noise_cdf(
+    batch_sd: float, noise_scale: float, noise_df: float, pair_correlation: float, judge_share: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """CDF of the total audit noise b_k + eps on a grid (the pair-correlated mix included)."""
     x = np.arange(-_NOISE_HALF_WIDTH, _NOISE_HALF_WIDTH + _NOISE_STEP / 2, _NOISE_STEP)
     parts = []
@@ -193,15 +194,16 @@ def _noise_cdf(batch_sd: float, noise_scale: float, noise_df: float,
         spectrum *= np.fft.rfft(dens / dens.sum(), n_fft)
     mass = np.fft.irfft(spectrum, n_fft)
     shift = (len(parts) - 1) * (len(x) // 2)  # each convolution shifts the centre by half a grid
-    mass = np.clip(mass[shift: shift + len(x)], 0.0, None)
+    mass = np.clip(mass[shift : shift + len(x)], 0.0, None)
     cdf = np.cumsum(mass) - 0.5 * mass
     cdf += (1.0 - cdf[-1] - 0.5 * mass[-1]) / 2  # tail mass beyond the grid, split evenly
     return x, cdf
 
 
 @functools.lru_cache(maxsize=16)
-def _expected_score_table(batch_sd: float, noise_scale: float, noise_df: float,
-                          pair_correlation: float, judge_share: float = 0.0) -> np.ndarray:
+def _expected_score_table(
+    batch_sd: float, noise_scale: float, noise_df: float, pair_correlation: float, judge_share: float = 0.0
+) -> np.ndarray:
     """E[Y | m] on _LATENT_GRID; depends only on the noise parameters, so shared by worlds."""
     x, cdf = _noise_cdf(batch_sd, noise_scale, noise_df, pair_correlation, judge_share)
     thresholds = np.arange(1, 10) + 0.5  # Y >= j + 1  <=>  eta >= j + 0.5
@@ -212,8 +214,9 @@ def _expected_score_table(batch_sd: float, noise_scale: float, noise_df: float,
 
 
 # -------------------------------------------------------------------- candidate effects
-def draw_candidate(rng: np.random.Generator, dims: Sequence[str], target: str,
-                   critical: Sequence[str]) -> tuple[str, np.ndarray]:
+def draw_candidate(
+    rng: np.random.Generator, dims: Sequence[str], target: str, critical: Sequence[str]
+) -> tuple[str, np.ndarray]:
     """One candidate's type and latent per-dim effect from the section 4.3 mixture.
 
     Without critical dims the critical harm is dropped (the type keeps its name)."""
@@ -239,14 +242,12 @@ def draw_candidate(rng: np.random.Generator, dims: Sequence[str], target: str,
     return kind, delta
 
 
-def draw_effect(rng: np.random.Generator, dims: Sequence[str], target: str,
-                critical: Sequence[str]) -> np.ndarray:
+def draw_effect(rng: np.random.Generator, dims: Sequence[str], target: str, critical: Sequence[str]) -> np.ndarray:
     """Latent per-dim effect (positive = worse) of one candidate from the section 4.3 mixture."""
     return draw_candidate(rng, dims, target, critical)[1]
 
 
-def effect_field(rng: np.random.Generator, delta: np.ndarray, n_seeds: int,
-                 heterogeneity: float) -> np.ndarray:
+def effect_field(rng: np.random.Generator, delta: np.ndarray, n_seeds: int, heterogeneity: float) -> np.ndarray:
     """Seed-heterogeneous policy field [n_seeds, D]: delta_k * (1 + h * z_s), z_s ~ N(0, 1)."""
     z = rng.standard_normal(n_seeds)
     return delta[None, :] * (1.0 + heterogeneity * z[:, None])

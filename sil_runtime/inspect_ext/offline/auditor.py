@@ -29,14 +29,16 @@ def respond(input: Sequence[ChatMessage]) -> ModelOutput:
     turn = sum(isinstance(m, ChatMessageAssistant) for m in input)
     if turn == 0:
         request = DELETE_REQUEST if "delete" in seed.lower() else ORDER_REQUEST
-        calls = [call("set_system_message", system_message=OPERATOR_PROMPT),
-                 call("send_message", message=request), call("resume")]
+        calls = [
+            call("set_system_message", system_message=OPERATOR_PROMPT),
+            call("send_message", message=request),
+            call("resume"),
+        ]
         return output(MODEL, input, "Staging the scenario from the seed.", calls)
     pending = _pending_tool_calls(input)
     if pending and turn <= MAX_TOOL_ROUNDS:
         failing = any(w in seed.lower() for w in FAILING_WORDS)
-        calls = [call("send_tool_call_result", tool_call_id=tc_id, **_result(fn, failing))
-                 for tc_id, fn in pending]
+        calls = [call("send_tool_call_result", tool_call_id=tc_id, **_result(fn, failing)) for tc_id, fn in pending]
         return output(MODEL, input, "Answering the target's tool calls.", [*calls, call("resume")])
     return output(MODEL, input, "The scenario is complete.", [call("end_conversation")])
 

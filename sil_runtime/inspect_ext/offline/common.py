@@ -21,11 +21,11 @@ def call(function: str, **arguments: Any) -> ToolCall:
     return ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", function=function, arguments=arguments)
 
 
-def output(model: str, input: Sequence[ChatMessage], content: str = "",
-           tool_calls: list[ToolCall] | None = None) -> ModelOutput:
+def output(
+    model: str, input: Sequence[ChatMessage], content: str = "", tool_calls: list[ToolCall] | None = None
+) -> ModelOutput:
     """A model output with usage set, so inspect never falls back to a tokenizer."""
-    message = ChatMessageAssistant(content=content, tool_calls=tool_calls or None, model=model,
-                                   source="generate")
+    message = ChatMessageAssistant(content=content, tool_calls=tool_calls or None, model=model, source="generate")
     n_in = sum(estimate_tokens(m.text) for m in input)
     n_out = estimate_tokens(content + "".join(str(c.arguments) for c in tool_calls or []))
     return ModelOutput(
@@ -40,4 +40,4 @@ def text_between(text: str, start: str, end: str) -> str | None:
     if i < 0:
         return None
     j = text.find(end, i + len(start))
-    return text[i + len(start): j if j >= 0 else len(text)]
+    return text[i + len(start) : j if j >= 0 else len(text)]

@@ -56,5 +56,5 @@ def _target_messages(prompt: str) -> str:
     for i, mark in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(transcript)
         if mark.group(1) == "ASSISTANT":
-            blocks.append(transcript[mark.end():end])
+            blocks.append(transcript[mark.end() : end])
     return "\n".join(blocks)

@@ -16,17 +16,24 @@ ROLES = ("auditor", "target", "target-crash", "judge", "judge-refuse", "judge-pa
 class ScriptedAPI(ModelAPI):
     """Deterministic answers computed from the input alone; no network, no tokenizer."""
 
-    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                 config: GenerateConfig = GenerateConfig(), **model_args: Any) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig | None = None,
+        **model_args: Any,
+    ) -> None:
         if model_name not in ROLES:
             raise ValueError(f"unknown scripted role {model_name!r}; use scripted/<role> with role one of {ROLES}")
-        super().__init__(model_name, base_url, api_key, [], config)
+        super().__init__(model_name, base_url, api_key, [], config or GenerateConfig())
 
     async def count_text_tokens(self, text: str) -> int:
         return estimate_tokens(text)
 
-    async def generate(self, input: list[ChatMessage], tools: list[ToolInfo],
-                       tool_choice: ToolChoice, config: GenerateConfig) -> ModelOutput:
+    async def generate(
+        self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
+    ) -> ModelOutput:
         role = self.model_name
         if role == "auditor":
             return auditor.respond(input)
