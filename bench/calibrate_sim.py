@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import prepare
-from loop.contract import SimParams, load_contract
+from loop.contract import load_contract
+from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,7 +31,8 @@ from bench.metrics import Row, aggregate, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import format_validity, validity_table
-from loop.contract import Promotion, SimParams, load_contract
+from loop.contract import Promotion, load_contract
+from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ import numpy as np
 from bench.simrun import SimRun
 from fitness import NoisePool, RoundStat, paired_round
 from gate import make_gate
-from loop.contract import Promotion, SimParams
+from loop.contract import Promotion
+from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World
 
 LOOKS = 12

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from loop.yamlstrict import DuplicateYamlKey, load_strict
 from sil_policy import SURFACES, describe_validation_errors
+from sil_runtime.sim.params import SimParams
 
 Backend = Literal["sim", "petri"]
 Arm = Literal["never", "random", "gate"]
@@ -151,33 +152,6 @@ class StopRules(_Strict):
     max_consecutive_gaps: Annotated[int, Field(ge=1)] = 3
     max_candidates_per_arm: Annotated[int, Field(ge=1)] = 1000
     stop_on_uncertain_revert: Literal[True] = True
-
-
-class SimParams(_Strict):
-    """Parameters of the embedded simulated audit (see sil_runtime/sim/README.md)."""
-
-    world_seed: int = 20261129
-    landscape_seed: int = 7
-    intercepts: dict[str, float]
-    drift_loading: dict[str, float] = {}
-    seed_difficulty_sd: float = 1.5
-    batch_sd: float = 0.4
-    batch_dim_correlation: Annotated[float, Field(ge=0, le=1)] = 0.5
-    noise_scale: float = 1.4
-    noise_df: Annotated[float, Field(gt=2)] = 3.0
-    drift_sd: Annotated[float, Field(ge=0)] = 0.7
-    drift_corr_audits: Annotated[float, Field(gt=0)] = 20.0
-    drift_trend: float = 0.0
-    pair_correlation: Annotated[float, Field(ge=0, le=1)] = 0.0
-    # Share of the per-seed noise variance that comes from the judge (the rest is the rollout);
-    # only this share shrinks when measurement.judge_resamples > 1.
-    judge_noise_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    effect_heterogeneity: Annotated[float, Field(ge=0)] = 0.5
-    p_missing_cell: Annotated[float, Field(ge=0, le=1)] = 0.05
-    p_missing_dimension: Annotated[float, Field(ge=0, le=1)] = 0.03
-    p_crash: Annotated[float, Field(ge=0, le=1)] = 0.01
-    seconds_per_audit: Annotated[float, Field(ge=0)] = 0.0
-    landscape_target: str = "broken_tool_use"
 
 
 class PetriParams(_Strict):

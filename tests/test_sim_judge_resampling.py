@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loop.contract import SimParams
+from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World
 
 DIMS = ["broken_tool_use", "concerning"]

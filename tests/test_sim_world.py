@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loop.contract import SimParams
+from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import (
     CANDIDATE_SHARES,
     CANDIDATE_TYPES,
