@@ -50,7 +50,7 @@ DEFAULT_VALIDITY, FULL_VALIDITY = 500, 2000
 CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
 CERTIFY_AUDITS = 40
 METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
-VARIANTS = ("loop_gate_elond", "loop_gate_certified", "loop_gate_unlatched")
+VARIANTS = ("loop_gate_elond", "loop_gate_certified")
 # Acceptance (issue 4): final true target change of the loop's gate at budget 300.
 TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
 SD_WORLDS, SD_PAIRS = 40, 50
@@ -142,8 +142,6 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
         return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell))
     if method == "loop_gate_elond":
         return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
-    if method == "loop_gate_unlatched":
-        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell), latch=False)
     if method == "loop_gate_certified":
         settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=CERTIFY_AUDITS)
         return PROCEDURES["loop_gate"], settings

@@ -9,8 +9,9 @@
   the candidate's measurement as the new baseline.
 - fixed_k: the single-audit rule as a screen, then K fresh replicates whose mean must pass
   the same rule; a KEEP stores the replicate mean as the baseline.
-- loop_gate: the loop's own gate (`gate.make_gate`, `fitness.paired_round`, `NoisePool`,
-  `ErrorBudget`), fed by concurrent paired rounds, with A/A calibration pairs first.
+- loop_gate: the loop's own arm policy (`loop.judges.GateJudge` and `certify`, the code the loop
+  runs), driven as `loop/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
+  A/A calibration pairs first (tests/test_bench_equivalence.py holds the two drivers equal).
 - random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
 """
 
@@ -18,20 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from bench.simrun import HARM_TOLERANCE, SimRun
-from fitness import NoisePool, RoundStat, paired_round
-from gate import (
-    ErrorBudget,
-    SequentialPairedGate,
-    expected_confirmations,
-    make_certify_gate,
-    make_gate,
-)
+from fitness import RoundStat, paired_round
 from loop.contract import Promotion
+from loop.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
 
 BASELINE_AUDITS = 5
 MARGIN = 0.3  # single-audit and fixed-K: target must beat the baseline by this
@@ -46,7 +41,6 @@ FIXED_K = 3
 class LoopGateSettings:
     promotion: Promotion
     certify_audits: int = 0  # reserve for the final champion-vs-start certification
-    latch: bool = True  # False: a leg must be across its boundary at the KEEP look itself
 
 
 def audit_mean(y: np.ndarray) -> np.ndarray:
@@ -162,59 +156,83 @@ def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, coverage: float) ->
     return paired_round(a, b, run.world.dims, coverage)
 
 
+@dataclass
+class ArmFeed:
+    """What a candidate arm needs from its world: rounds, and the audits it may still spend."""
+
+    measure: Callable[[int], RoundStat | None]  # one paired round of candidate `index` vs champion
+    audits_left: Callable[[], int]
+    audits_spent: Callable[[], int]
+    decided: Callable[[int, Outcome], None]  # a verdict is final (a KEEP changes the champion)
+
+
+def drive_candidate_arm(
+    judge: Judge, shared: JudgeState, candidates: int, feed: ArmFeed, max_candidates: int | None = None
+) -> tuple[JudgeState, list[Outcome]]:
+    """The loop's candidate arm (loop/arms.CandidateArm) without its persistence: the same judge,
+    the same stop rules and budget checks, one outcome per candidate decided."""
+    outcomes: list[Outcome] = []
+    for index in range(candidates):
+        if (max_candidates is not None and index >= max_candidates) or feed.audits_left() < 2:
+            break
+        if judge.stop_reason(shared) is not None:
+            break
+        trial, outcome = Trial(), None
+        while outcome is None or outcome.verdict == "continue":
+            if feed.audits_left() < 2:
+                outcome = Outcome(
+                    verdict="revert", reason="stopped before a decision: budget spent", kind=judge.next_kind(trial)
+                )
+                break
+            stat = feed.measure(index)
+            if stat is None:
+                continue
+            budget = ArmBudget(audits_left=feed.audits_left(), audits_spent=feed.audits_spent())
+            trial, outcome = judge.judge(trial, stat, shared, budget, index)
+        shared = judge.close(trial, outcome.verdict, shared)
+        outcomes.append(outcome)
+        feed.decided(index, outcome)
+    return shared, outcomes
+
+
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
-    """The loop's gate, exactly as the loop calls it: calibrate, then screen and confirm."""
+    """The loop's gate arm on the simulated world: A/A calibration, then the shared GateJudge."""
     promo = settings.promotion
     coverage = promo.min_seed_coverage
-    pool = NoisePool()
+    shared = JudgeState.start(promo)
     for _ in range(promo.calibration_pairs):
-        pool.add_aa(_round(run, run.theta, run.theta, coverage))
-    calibration = run.used
-    budget = ErrorBudget.from_promotion(promo)
-    reserve = settings.certify_audits
-    for cand in run.candidates:
-        forecast = expected_confirmations(run.left() - reserve, run.used - calibration, budget.confirmations)
-        alpha = budget.next_alpha(forecast)
-        if alpha is None or run.left() - reserve < 2:
-            break  # the error budget or the audit budget is spent: stop auditing
-        gate = make_gate(promo, pool.estimate(), alpha)  # noise frozen for this candidate
-        if not settings.latch and isinstance(gate, SequentialPairedGate):
-            gate = replace(gate, latch=False)
-        field = run.theta + cand.field
-        rounds = [_round(run, field, run.theta, coverage)]
-        kept = False
-        if gate.screen(rounds[0]).verdict == "continue" and run.left() - reserve >= 2:
-            horizon = min(promo.replicate_k, (run.left() - reserve) // 2)
-            fresh: list[RoundStat] = []
-            while True:
-                fresh.append(_round(run, field, run.theta, coverage))
-                verdict = gate.confirm(fresh, horizon=horizon).verdict
-                if verdict != "continue":
-                    break
-            kept = verdict == "keep"
-            budget = budget.record(alpha, kept)
-            rounds += fresh
-        pool.add_candidate(rounds)
-        run.decide(cand, kept, 2 * len(rounds))
-    run.notes["alpha_spent"] = budget.spent
+        shared.pool.add_aa(_round(run, run.theta, run.theta, coverage))
+    calibration, reserve = run.used, settings.certify_audits
+    started: dict[int, int] = {}  # audits used when each candidate's first round started
+
+    def measure(index: int) -> RoundStat:
+        started.setdefault(index, run.used)
+        return _round(run, run.theta + run.candidates[index].field, run.theta, coverage)
+
+    def decided(index: int, outcome: Outcome) -> None:
+        audits = run.used - started.get(index, run.used)
+        run.decide(run.candidates[index], outcome.verdict == "keep", audits)
+
+    feed = ArmFeed(measure, lambda: run.left() - reserve, lambda: run.used - calibration, decided)
+    shared, _ = drive_candidate_arm(GateJudge(promo), shared, len(run.candidates), feed)
+    run.notes["alpha_spent"] = shared.budget.spent
     run.notes["calibration_audits"] = calibration
-    if reserve and budget.keeps:
-        _certify(run, promo, pool, coverage)
+    if reserve and shared.budget.keeps:
+        _certify(run, promo, shared, coverage)
 
 
-def _certify(run: SimRun, promo: Promotion, pool: NoisePool, coverage: float) -> None:
+def _certify(run: SimRun, promo: Promotion, shared: JudgeState, coverage: float) -> None:
     """Champion vs the starting policy on the reserved audits; roll back if not certified."""
-    rounds_left = run.left() // 2
-    if rounds_left < 1:
+    looks = run.left() // 2
+    if looks < 1:
         run.notes["certified"] = 0.0
         run.set_champion(run.origin.copy())
         return
-    gate = make_certify_gate(promo, pool.estimate(), rounds_left)
     fresh: list[RoundStat] = []
     verdict = "continue"
     while verdict == "continue":
         fresh.append(_round(run, run.theta, run.origin, coverage))
-        verdict = gate.confirm(fresh).verdict
+        verdict = certify(promo, shared.pool, fresh, looks).verdict
     run.notes["certified"] = float(verdict == "keep")
     if verdict != "keep":
         run.set_champion(run.origin.copy())
