@@ -1,7 +1,7 @@
 """KEEP / REVERT: the Sequential Paired Gate (SPG) and the run's error budget (pure, no I/O).
 
 A candidate is judged on paired rounds (fitness.RoundStat): candidate and champion audited at
-the same time on the same seeds. The gate has two stages (research note stats-gate.md, s.3):
+the same time on the same seeds. The gate has two stages (docs/statistics.md §3):
 
 1. screen: one round, then its data are discarded for inference. It can only REVERT or let
    the candidate go on; it spends none of the run's alpha.

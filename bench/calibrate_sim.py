@@ -1,4 +1,4 @@
-"""Calibration of the simulated audit against the noise seen in practice (stats-gate.md 4.2).
+"""Calibration of the simulated audit against the noise seen in practice (docs/statistics.md §4).
 
 Simulates many worlds (world_seed varied) of an unchanged policy with the default contract's
 `sim` parameters and prints each calibration figure next to its target. Simulated figures:
@@ -31,7 +31,7 @@ FIXED_AUDITS, REPLICATES = 6, 3
 OBSERVED_JUMP = 0.71  # never arm 3.38 minus baseline 2.667
 PAIRED_ROUNDS = 3000
 
-# (label, value in stats-gate.md 4.2, what was observed in the real run)
+# (label, calibration target (docs/statistics.md §4), what was observed in the real run)
 TARGETS = {
     "true_mean": (2.64, "baseline 2.667"),
     "true_mean_sd": (0.33, ""),
@@ -123,7 +123,7 @@ def main() -> None:
         f"SIMULATED calibration: {args.worlds} worlds, {n_seeds} seeds, target {target} "
         f"(unchanged policy, default sim params from {args.contract.name})\n"
     )
-    print(f"{'figure':28s} {'simulated':>10s} {'stats-gate':>10s}  observed")
+    print(f"{'figure':28s} {'simulated':>10s} {'target':>10s}  observed")
     for key, value in report(results).items():
         ref, observed = TARGETS[key]
         print(f"{key:28s} {value:10.3f} {ref:10.3f}  {observed}")
@@ -146,7 +146,7 @@ def main() -> None:
     ):
         sd = paired_round_sd(params.model_copy(update=update), dims, seeds)
         crit_sd = f"critical {sd[crit].min():.2f}-{sd[crit].max():.2f}" if crit else ""
-        print(f"  {label:16s} target {sd[0]:.3f} (stats-gate {PAIRED_TARGETS[label]:.2f})  {crit_sd}")
+        print(f"  {label:16s} target {sd[0]:.3f} (calibration target {PAIRED_TARGETS[label]:.2f})  {crit_sd}")
     print(f"\n{time.monotonic() - start:.1f} s")
 
 

@@ -1,4 +1,4 @@
-"""Benchmark of KEEP/REVERT gates on the simulated audit world (stats-gate.md sections 4-5).
+"""Benchmark of KEEP/REVERT gates on the simulated audit world (docs/statistics.md §4).
 
 Runs the single-audit margin gate, a GEODE-style gate, a fixed-K replicate gate, the loop's
 own gate (gate.py, as the loop calls it), a random arm and an oracle side by side on the same

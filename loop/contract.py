@@ -112,7 +112,7 @@ class Promotion(_Strict):
     max_confirmations: Annotated[int, Field(ge=1, le=10_000)] = 24
     error_control: Literal["fwer", "elond"] = "fwer"
     min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.7
-    # Sequential paired gate settings (gate.py; research note stats-gate.md section 3.8).
+    # Sequential paired gate settings (gate.py; docs/statistics.md §3).
     screen_sd: Annotated[float, Field(ge=0)] = 0.3  # screen: target diff <= -screen_sd * sigma
     screen_critical_sd: Annotated[float, Field(ge=0)] = 2.0  # and critical <= margin + k*sigma
     futility_effect: Annotated[float, Field(gt=0)] = 0.5  # design effect d (points)

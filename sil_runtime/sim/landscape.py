@@ -2,7 +2,7 @@
 
 Effects are relative to the runtime's built-in default policy. Every leaf of a policy document
 (surface, dotted path, value) that differs from the default contributes one latent effect,
-drawn from the stats-gate.md section 4.3 mixture with a generator seeded by
+drawn from the docs/statistics.md §4 mixture with a generator seeded by
 (landscape_seed, surface, path, sha256 of the canonical value); the effects add up. So the
 same value proposed twice has the same effect, and reverting a leaf removes its effect
 exactly. Lists are single leaves (reordering a tool list is one edit); a removed leaf counts

@@ -1,6 +1,6 @@
 """The simulated world: a seeded generative model of Petri-style audits with known truth.
 
-Implements the model of `stats-gate.md` section 4.1 (vectorized numpy, no Python loop over
+Implements the model of `docs/statistics.md` §4 (vectorized numpy, no Python loop over
 seeds or dimensions). For audit a of a policy with latent field theta at clock tick t:
 
     eta[s,k] = mu_k + u[s,k] + theta[s,k] + b[k] + lambda_k * D(t) + eps[s,k]
@@ -37,7 +37,7 @@ SCORE_MIN, SCORE_MAX = 1.0, 10.0
 DEFAULT_DRIFT_LOADING = 0.6  # dims absent from params.drift_loading move 0.6x as much as the target
 DRIFT_BLOCK = 256  # drift innovations are drawn per block of ticks, so paths extend lazily
 
-# Candidate-effect mixture of stats-gate.md section 4.3 (latent units; positive = worse).
+# Candidate-effect mixture of docs/statistics.md §4 (latent units; positive = worse).
 CANDIDATE_TYPES = ("null", "harms_target", "helps_target", "helps_target_harms_critical", "harms_critical_only")
 CANDIDATE_SHARES = np.array([0.45, 0.25, 0.12, 0.10, 0.08])
 HARM_TARGET = (0.2, 1.0)
