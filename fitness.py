@@ -187,13 +187,13 @@ class NoisePool(BaseModel):
         dims = {d for r in rounds for d, v in r.diff.items() if v is not None}
         means = {}
         for dim in dims:
-            xs = [r.diff[dim] for r in rounds if r.diff.get(dim) is not None]
+            xs = [v for r in rounds if (v := r.diff.get(dim)) is not None]
             if len(xs) >= 2:
                 means[dim] = sum(xs) / len(xs)
         for dim in means:
             self.df[dim] = self.df.get(dim, 0) - 1  # one df spent on the candidate's mean
         for r in rounds:
-            present = {d: r.diff[d] - m for d, m in means.items() if r.diff.get(d) is not None}
+            present = {d: v - m for d, m in means.items() if (v := r.diff.get(d)) is not None}
             self._accumulate(present)
             self._add_se(r)
 

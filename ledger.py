@@ -158,7 +158,7 @@ class Ledger:
         return record
 
     def _make(self, last: Record | None, type_: str, body: dict[str, Any], run_id: str) -> Record:
-        fields = {
+        fields: dict[str, Any] = {
             "seq": 0 if last is None else last.seq + 1,
             "prev": GENESIS if last is None else last.hash,
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),

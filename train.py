@@ -221,6 +221,8 @@ def approval_id(loaded: LoadedContract, root: Path) -> str:
     if loaded.contract.offline:
         return "not required: every role is offline"
     approval = require_approval(loaded.contract, root)
+    if approval is None:
+        return "not required: every role is offline"
     return (
         f"{approval.approver} until {approval.expires_at} (contract {approval.contract_hash[:12]}, "
         f"measurement {approval.measurement_hash[:12]}, signed by key {approval.key_fingerprint})"
@@ -246,6 +248,8 @@ def anchor_guard(run_dir: Path, root: Path) -> Callable[[], None]:
     signer, repo = Signer.from_env(), anchor_repo(root)
 
     def anchor() -> None:
+        if repo is None:
+            raise Halt(f"cannot anchor the ledger head: no git repository for checkpoints at {root}")
         try:
             write_checkpoint(run_dir / "ledger.jsonl", repo, signer)
         except CheckpointError as ex:

@@ -14,7 +14,7 @@ from gate import GateDecision
 from loop.context import RunContext
 from loop.judges import certify
 from loop.records import CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
-from loop.runstate import ArmState
+from loop.runstate import ArmState, RoundKind
 
 
 def final_phase(rc: RunContext) -> None:
@@ -39,7 +39,7 @@ def final_rounds(rc: RunContext, arm: ArmState, looks: int, certifying: bool) ->
         if not rc.rounds.resuming(label) and (why := rc.rounds.budget_left(None, 2)):
             rc.emit(f"final check of {arm.arm} stopped: {why}")
             break
-        kind = "certify" if certifying else "final"
+        kind: RoundKind = "certify" if certifying else "final"
         stat = rc.rounds.run_pair("final", label, kind, arm.champion, rc.state.origin)
         if stat is not None:
             arm.final_rounds.append(stat)

@@ -236,7 +236,8 @@ def _first_run_id(data: bytes, fallback: str | None = None) -> str:
 
 def _line_heads(data: bytes) -> list[tuple[int, str | None]]:
     """(byte offset after the line, its record hash or None) for every complete line."""
-    heads, offset = [], 0
+    heads: list[tuple[int, str | None]] = []
+    offset = 0
     for line in data.split(b"\n")[:-1]:
         offset += len(line) + 1
         try:
@@ -361,7 +362,8 @@ class GitPlumbing:
         proc = self.run("cat-file", "--batch", data="".join(n + "\n" for n in names).encode())
         if proc.returncode != 0:
             raise CheckpointError(f"git cat-file failed: {proc.stderr.decode(errors='replace')}")
-        out, pos, result = proc.stdout, 0, []
+        out, pos = proc.stdout, 0
+        result: list[bytes | None] = []
         for _ in names:
             end = out.index(b"\n", pos)
             header = out[pos:end].split()

@@ -31,6 +31,7 @@ from loop.contract import Promotion
 RANDOM_ACCEPT_P = 0.5
 COIN_STREAM = 99  # the coin's rng stream, apart from the proposer's
 Verdict = Literal["continue", "keep", "revert"]
+CandidateRoundKind = Literal["screen", "confirm", "random"]
 
 
 class JudgeState(BaseModel):
@@ -83,7 +84,7 @@ class Judge(Protocol):
         """Why no further candidate may start, or None."""
         ...
 
-    def next_kind(self, trial: Trial) -> str:
+    def next_kind(self, trial: Trial) -> CandidateRoundKind:
         """The kind of the candidate's next round (a label and ledger field)."""
         ...
 
@@ -109,7 +110,7 @@ class CoinJudge:
     def stop_reason(self, shared: JudgeState) -> str | None:
         return None
 
-    def next_kind(self, trial: Trial) -> str:
+    def next_kind(self, trial: Trial) -> CandidateRoundKind:
         return "random"
 
     def judge(
@@ -137,7 +138,7 @@ class GateJudge:
     def stop_reason(self, shared: JudgeState) -> str | None:
         return None if shared.budget.next_alpha() is not None else "run error budget (alpha) fully spent"
 
-    def next_kind(self, trial: Trial) -> str:
+    def next_kind(self, trial: Trial) -> CandidateRoundKind:
         return "screen" if trial.screen is None else "confirm"
 
     def judge(

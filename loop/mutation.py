@@ -95,13 +95,10 @@ def _nonblank(text: str) -> str:
     return text
 
 
-def _prose(limit: int) -> Any:
-    return Annotated[
-        str,
-        Field(min_length=1, max_length=limit),
-        AfterValidator(_clean_text),
-        AfterValidator(_nonblank),
-    ]
+_CleanProse = Annotated[str, AfterValidator(_clean_text), AfterValidator(_nonblank)]
+Hypothesis = Annotated[_CleanProse, Field(min_length=1, max_length=MAX_HYPOTHESIS)]
+EvidenceItem = Annotated[_CleanProse, Field(min_length=1, max_length=MAX_EVIDENCE_CHARS)]
+RollbackCondition = Annotated[_CleanProse, Field(min_length=1, max_length=MAX_ROLLBACK)]
 
 
 def _validate_value(value: Any) -> str | bool | list[str]:
@@ -316,10 +313,10 @@ class Mutation(BaseModel):
     surface: Annotated[str, Field(max_length=64)]
     path: Annotated[str, Field(max_length=200)]
     value: Value
-    hypothesis: _prose(MAX_HYPOTHESIS)
-    evidence: Annotated[list[_prose(MAX_EVIDENCE_CHARS)], Field(min_length=1, max_length=MAX_EVIDENCE_ITEMS)]
+    hypothesis: Hypothesis
+    evidence: Annotated[list[EvidenceItem], Field(min_length=1, max_length=MAX_EVIDENCE_ITEMS)]
     expected_effect: Annotated[dict[DimensionName, Effect], Field(min_length=1, max_length=MAX_EFFECTS)]
-    rollback_condition: _prose(MAX_ROLLBACK)
+    rollback_condition: RollbackCondition
     proposer: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")]
 
     @model_validator(mode="after")

@@ -123,8 +123,8 @@ def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBacke
     common: dict[str, str] = {}
     for name in SURFACES:
         values = {s.policy_hashes.get(name) for s in evidence.samples}
-        if len(values) == 1 and None not in values:
-            common[name] = values.pop()
+        if len(values) == 1 and (only := next(iter(values))) is not None:
+            common[name] = only
     return common
 
 

@@ -70,7 +70,7 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
     target = p.target_dimensions[0]
     ti = fitness.interval(rounds, target, LEVEL) if rounds else None
     crit = {
-        d: (float(np.mean(v)) if (v := [r.diff[d] for r in rounds if r.diff.get(d) is not None]) else None)
+        d: (float(np.mean(v)) if (v := [x for r in rounds if (x := r.diff.get(d)) is not None]) else None)
         for d in p.critical_dimensions
     }
     if ti is None:

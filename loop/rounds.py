@@ -95,7 +95,8 @@ class RoundRunner:
         """Audits the arm may still spend under its own and the run's audit budgets."""
         b, s = self.ctx.contract.budget, self.journal.state
         spent = s.arms[arm].audits if arm in s.arms else 0
-        return min(b.arm_audits.get(arm, b.max_audits) - spent, b.max_audits - s.audits)
+        arm_limit = b.arm_audits[arm] if arm in b.arm_audits else b.max_audits  # type: ignore[index]
+        return min(arm_limit - spent, b.max_audits - s.audits)
 
     # ---- planning ------------------------------------------------------------------------
 
@@ -207,6 +208,8 @@ class RoundRunner:
                 )
             if status.state == "new":
                 continue
+            if status.state == "running":  # still running after its whole timeout: cannot be established
+                raise Halt(f"unknown: audit {audit_id} is still running past its timeout; inspect {audit_dir}")
             action = RECOVERY_ACTIONS[status.state]
             self.journal.book.once(
                 Keys.recovery(audit_id, status.attempt),

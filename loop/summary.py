@@ -97,7 +97,7 @@ def build_summary(state: RunState, records: list[Record], contract: Contract, no
     base = next((r.payload["per_dimension_mean"].get(target) for r in records if r.type == "baseline"), None)
     never = _level(records, "never", target)
     est = state.shared.pool.estimate() if state.shared.pool.n_pairs else None
-    aa = [r.diff.get(target) for r in state.aa_rounds if r.diff.get(target) is not None]
+    aa = [v for r in state.aa_rounds if (v := r.diff.get(target)) is not None]
     budget = state.shared.budget
     return Summary(
         run_id=state.run_id,

@@ -19,7 +19,7 @@ AUDIT_DIR_ENV = "SIL_AUDIT_DIR"
 # Petri audits: the metadata key on every target answer holding {surface: sha256 loaded}.
 PETRI_REPORT_KEY = "sil_policy_hashes"
 EVIDENCE_FILE = "evidence.json"
-EVIDENCE_VERSION = 1
+EVIDENCE_VERSION: Literal[1] = 1
 
 
 class _Strict(BaseModel):

@@ -170,6 +170,8 @@ def check_run(log: EvalLog, ctx: MeasureContext) -> None:
         raise GapError(f"the task ran with other arguments than intended: {diff}")
     for role in ROLES:
         ran = log.eval.model_roles.get(role) if log.eval.model_roles else None
+        if isinstance(ran, list):  # a role served by several models is not the contract's one model
+            ran = ran[0] if len(ran) == 1 else None
         wanted = getattr(ctx.contract.models, role).model
         if ran is None or ran.model != wanted:
             raise GapError(f"role {role} ran {ran.model if ran else 'nothing'}, not {wanted}")
@@ -234,7 +236,9 @@ def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:
         raise GapError(f"seed {seed}: an answer carries no policy report ({PETRI_REPORT_KEY})")
     if len({json.dumps(r, sort_keys=True) for r in reports}) != 1:
         raise GapError(f"seed {seed}: answers report different policy hashes within one audit")
-    return {str(k): str(v) for k, v in reports[0].items()}
+    first = reports[0]
+    assert isinstance(first, dict)
+    return {str(k): str(v) for k, v in first.items()}
 
 
 def usage_of(log: EvalLog, contract: Contract) -> Usage:

@@ -71,7 +71,7 @@ class CatalogueEdit(BaseModel):
         current = value_at(document, self.path)
         if self.op == "set" or current is None:
             return self.value
-        if self.op == "remove":
+        if self.op == "remove" and isinstance(self.value, list):
             return [item for item in current if item not in self.value]
         if isinstance(current, list) and isinstance(self.value, list):
             return current + [item for item in self.value if item not in current]

@@ -95,8 +95,8 @@ class World:
         p = self.params
         rho = math.exp(-1.0 / p.drift_corr_audits)
         step_sd = p.drift_sd * math.sqrt(1.0 - rho * rho)
-        path = list(self._ou_path)
-        z = path[-1] if path else keyed_rng(p.world_seed, "drift-start").normal(0.0, p.drift_sd)
+        path: list[float] = [float(x) for x in self._ou_path]
+        z = path[-1] if path else float(keyed_rng(p.world_seed, "drift-start").normal(0.0, p.drift_sd))
         if not path:
             path.append(z)
         while len(path) <= tick:
