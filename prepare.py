@@ -23,6 +23,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from loop.yamlstrict import load_strict
+
 MEASUREMENT_DIR = Path(__file__).resolve().parent / "measurement"
 MANIFEST_NAME = "MANIFEST.json"
 PARTS = ("seeds", "rubric")
@@ -124,7 +126,10 @@ def _front_matter(path: Path) -> tuple[dict, str]:
     head, sep, body = text[4:].partition("\n---\n")
     if not sep:
         raise MeasurementError(f"{path}: front matter is not closed")
-    meta = yaml.safe_load(head) or {}
+    try:
+        meta = load_strict(head) or {}
+    except (yaml.YAMLError, ValueError) as ex:
+        raise MeasurementError(f"{path}: front matter is not valid YAML: {ex}") from None
     if not isinstance(meta, dict):
         raise MeasurementError(f"{path}: front matter must be a mapping")
     return meta, body.strip()

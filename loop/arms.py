@@ -288,7 +288,7 @@ class CandidateArm:
         key = Keys.candidate(self.name, m.mutation_id)
         keep = p.verdict == "keep"
         crashpoint("settle.before_intent")
-        if keep and self.name == "gate" and (p.decision is None or not should_promote(p.decision)):
+        if keep and self.judge.keeps_by_test and (p.decision is None or not should_promote(p.decision)):
             raise Halt(
                 f"refusing to promote {m.mutation_id}: its KEEP does not come from a confirmation "
                 "in which every leg crossed its boundary"

@@ -79,6 +79,7 @@ class ArmBudget:
 
 class Judge(Protocol):
     name: str
+    keeps_by_test: bool  # a KEEP must carry a decision that passes gate.should_promote
 
     def stop_reason(self, shared: JudgeState) -> str | None:
         """Why no further candidate may start, or None."""
@@ -103,6 +104,7 @@ class CoinJudge:
     """The random arm: one paired round (recorded, never used), then a seeded coin decides."""
 
     name = "random"
+    keeps_by_test = False
 
     def __init__(self, run_seed: int) -> None:
         self.run_seed = run_seed
@@ -131,6 +133,7 @@ class GateJudge:
     """The gate arm: screen, then sequential paired confirmation within the run's error budget."""
 
     name = "gate"
+    keeps_by_test = True
 
     def __init__(self, promotion: Promotion) -> None:
         self.promotion = promotion

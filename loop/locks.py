@@ -23,10 +23,12 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from loop.errors import ExitCode
+
 RUN_LOCK = ".sil-run.lock"
 POLICY_LOCK = ".sil-policy.lock"
 OWNER_SUFFIX = ".owner"
-LOCKED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later
+LOCKED_EXIT_CODE = int(ExitCode.LOCKED)
 MOUNTS_FILE = Path("/proc/self/mounts")
 NETWORK_FILESYSTEMS = frozenset(
     {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs", "fuse.glusterfs", "lustre"}
