@@ -183,12 +183,17 @@ class UserPromoteRecord(Payload):
     by: str = "operator"
 
 
+# Whether the preflight saw a surface's sentinel text in the target model's inputs.
+Use = Literal["proven", "absent", "not_provable"]
+
+
 class SurfaceProbe(Payload):
     surface: str
     sent_hash: str
     seen_hash: str | None
     passed: bool
     message: str
+    use: Use = "not_provable"
 
 
 class PreflightReport(Payload):
