@@ -22,6 +22,7 @@ from loop.approval import (
     require_approval,
 )
 from loop.contract import Contract, load_contract
+from loop.contracts_history import ContractHistory
 from loop.sshsig import allowed_signers_line, generate_key
 from tests.conftest import with_value
 
@@ -42,7 +43,8 @@ def real_contract() -> Contract:
     data["models"] = {
         r: {"model": f"anthropic/claude-{r}-20261001", **role} for r in ("auditor", "target", "judge", "mutator")
     }
-    data.update(backend="petri", sim=None, parent="ab" * 32, revision_reason="paid run", contract_id="sil-real")
+    parent = load_contract(REPO / "program.md").contract.contract_hash  # recorded in env's contract history
+    data.update(backend="petri", sim=None, parent=parent, revision_reason="paid run", contract_id="sil-real")
     data["petri"] = {"target_agent_params": {"mode": "strict"}}
     contract = Contract.model_validate(data)
     assert not contract.offline
@@ -74,6 +76,7 @@ def env(tmp_path: Path, keys, monkeypatch) -> dict[str, Any]:
     shutil.copytree(
         REPO / "sil_runtime", code / "sil_runtime", ignore=shutil.ignore_patterns("__pycache__", "defaults")
     )
+    ContractHistory(root).register(load_contract(REPO / "program.md"), (REPO / "program.md").read_text())
     return {"root": root, "code": code, "contract": real_contract(), **keys}
 
 
