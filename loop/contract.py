@@ -74,6 +74,9 @@ class Measurement(_Strict):
     audit_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 60.0
     concurrency: Annotated[int, Field(ge=1, le=64)] = 2
     judge_resamples: Annotated[int, Field(ge=1, le=10)] = 1
+    # Judge-drift canary (loop/canary.py): the largest mean shift, in points, of the stored
+    # canary transcripts' re-judged scores from their references before the run halts; None = off.
+    canary_max_shift: Annotated[float, Field(gt=0, le=9)] | None = None
 
 
 class Budget(_Strict):
@@ -241,6 +244,11 @@ class Contract(_Strict):
             raise ValueError(
                 f"search_space.surfaces {unread} are not in runtime.surfaces: the runtime under test "
                 "does not read them, so no change there could reach it"
+            )
+        if self.measurement.canary_max_shift is not None and self.backend != "sim":
+            raise ValueError(
+                "measurement.canary_max_shift: the judge-drift canary re-judges with the simulated "
+                "judge only (backend 'sim'); re-judging stored transcripts with a Petri judge is not implemented"
             )
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")

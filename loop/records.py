@@ -187,6 +187,17 @@ class UserPromoteRecord(Payload):
 Use = Literal["proven", "absent", "not_provable"]
 
 
+class CanaryRecord(Payload):
+    """One re-judging of the stored canary transcripts: mean shift per dimension from the reference."""
+
+    label: str
+    tick: int
+    items: int
+    shift: dict[str, float]
+    max_shift: float
+    halted: bool
+
+
 class SurfaceProbe(Payload):
     surface: str
     sent_hash: str
@@ -281,6 +292,7 @@ RECORD_MODELS: dict[str, type[Payload]] = {
     "replicate": ReplicateRecord,
     "user_promote": UserPromoteRecord,
     "probe": PreflightReport,
+    "canary": CanaryRecord,
     "recovery": RecoveryRecord,
     "repair": RepairRecord,
     "halt": HaltRecord,
@@ -337,6 +349,10 @@ class Keys:
     @staticmethod
     def certify(arm: str, policy_set: str) -> str:
         return f"{arm}:{policy_set}"
+
+    @staticmethod
+    def canary(label: str) -> str:
+        return f"canary:{label}"
 
     @staticmethod
     def probe(attempt: int) -> str:
