@@ -245,10 +245,10 @@ class Contract(_Strict):
                 f"search_space.surfaces {unread} are not in runtime.surfaces: the runtime under test "
                 "does not read them, so no change there could reach it"
             )
-        if self.measurement.canary_max_shift is not None and self.backend != "sim":
+        if self.measurement.canary_max_shift is not None and not (self.backend == "sim" or self.models.judge.offline):
             raise ValueError(
-                "measurement.canary_max_shift: the judge-drift canary re-judges with the simulated "
-                "judge only (backend 'sim'); re-judging stored transcripts with a Petri judge is not implemented"
+                "measurement.canary_max_shift: the judge-drift canary re-judges with the simulated or an offline "
+                "judge only; re-judging with a paid judge is not implemented (its calls would not be budgeted)"
             )
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")

@@ -123,6 +123,7 @@ def run_preflight(
         backend=backend.name,
         token=token,
         probes=probes,
+        not_implemented=[s for s in SURFACES if s not in ctx.contract.runtime.surfaces],
         gap_reason=None if result.ok or verdict else result.gap_reason,
         audit_gap_reason=result.gap_reason,
         log_path=result.log_path,
@@ -219,6 +220,8 @@ def preflight_phase(rc: RunContext) -> None:
             rc.emit(f"preflight: all {len(report.probes)} surfaces of the search space reach the target")
             if unproven := [p.surface for p in report.probes if p.use == "not_provable"]:
                 rc.emit(f"  loaded, use not provable: {', '.join(unproven)}")
+            if report.not_implemented:
+                rc.emit(f"  not read by this runtime (runtime.surfaces): {', '.join(report.not_implemented)}")
             return
         if report.gap_reason is None:
             failed = [p.message for p in report.probes if not p.passed]

@@ -219,6 +219,7 @@ class PreflightReport(Payload):
     backend: str
     token: str
     probes: list[SurfaceProbe]
+    not_implemented: list[str] = []  # surfaces outside the contract's runtime.surfaces: never sent a sentinel
     gap_reason: str | None = None
     audit_gap_reason: str | None = None
     log_path: str | None = None
@@ -238,6 +239,8 @@ class PreflightReport(Payload):
             head = "wiring preflight FAILED: refusing to run"
         lines = [f"{head} ({self.backend}, audit {self.audit_id})"]
         lines += [f"  {'ok  ' if p.passed else 'FAIL'} {p.message}" for p in self.probes]
+        if self.not_implemented:
+            lines.append(f"  not read by this runtime (runtime.surfaces): {', '.join(self.not_implemented)}")
         if self.audit_gap_reason:
             lines.append(f"  audit gap: {self.audit_gap_reason}")
         return "\n".join(lines)

@@ -46,6 +46,7 @@ def real_contract() -> Contract:
     parent = load_contract(REPO / "program.md").contract.contract_hash  # recorded in env's contract history
     data.update(backend="petri", sim=None, parent=parent, revision_reason="paid run", contract_id="sil-real")
     data["petri"] = {"target_agent_params": {"mode": "strict"}}
+    data["measurement"]["canary_max_shift"] = None  # the canary runs on the sim backend only
     contract = Contract.model_validate(data)
     assert not contract.offline
     return contract
@@ -209,8 +210,9 @@ def _changed_contracts(contract: Contract):
 
 # Only with the other switched too, and then the contract is offline (sim): no approval needed.
 COUPLED = {("backend",), ("sim",)}
-# No other value validates: Literal[True], and judge re-sampling is not available for petri.
-FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples")}
+# No other value validates: Literal[True]; judge re-sampling is not available for petri, nor is
+# the judge-drift canary with a paid judge.
+FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples"), ("measurement", "canary_max_shift")}
 
 
 def test_every_contract_field_invalidates(env) -> None:

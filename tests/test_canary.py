@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loop.canary import load_canary, mean_shift, sim_rejudge
+from loop.canary import load_canary, mean_shift, model_rejudge, sim_rejudge
 from loop.contract import Contract, load_contract
 from sil_runtime.sim.params import SimParams
 from tests.conftest import REPO, edit_contract
@@ -46,8 +46,18 @@ def test_a_steady_judge_passes_every_canary_check(workspace: Path) -> None:
     assert labels[0] == "before-baseline" and labels[-1] == "end" and len(labels) >= 4
 
 
-def test_the_canary_is_refused_off_the_sim_backend() -> None:
+def test_the_scripted_judge_gives_the_stored_references() -> None:
+    items = load_canary(REPO / "measurement")
+    dims = sorted({d for i in items for d in i.reference})
+    scores = model_rejudge(items, "scripted/judge", dims)
+    assert {i.id: i.reference for i in items} == scores  # an offline canary check shifts by exactly 0
+    assert mean_shift(items, scores, dims) == dict.fromkeys(dims, 0.0)
+
+
+def test_the_canary_with_a_paid_judge_is_refused() -> None:
     data = load_contract(REPO / "examples" / "program-petri-offline.md").contract.model_dump()
     data["measurement"]["canary_max_shift"] = 1.0
-    with pytest.raises(ValueError, match="re-judges with the simulated judge only"):
+    Contract.model_validate(data)  # scripted judge: allowed
+    data["models"]["judge"] = {"model": "anthropic/claude-j", "price": {"input_per_mtok": 1, "output_per_mtok": 1}}
+    with pytest.raises(ValueError, match="re-judging with a paid judge is not implemented"):
         Contract.model_validate(data)

@@ -175,6 +175,8 @@ def test_a_partial_runtime_is_audited_on_its_declared_surfaces(workspace: Path, 
     assert report.passed, report.summary()
     assert [p.use for p in report.probes] == ["not_provable"] * 3
     assert "loaded, use not provable" in report.summary()
+    assert report.not_implemented == [s for s in SURFACES if s not in THREE]
+    assert "not read by this runtime (runtime.surfaces): decomposition, reflection" in report.summary()
 
 
 def test_unread_surfaces_are_a_named_verdict_not_a_gap(workspace: Path, tmp_path: Path) -> None:
