@@ -2,8 +2,10 @@
 
 A *round* audits the candidate and the current champion at the same time on the same frozen
 seeds. Its statistic, per dimension, is the mean over seeds scored in *both* arms of
-(candidate - champion); scores are 1-10 and lower is better, so a negative difference is an
-improvement. Drift and per-seed difficulty enter both arms alike and cancel.
+(candidate - champion) of *oriented* scores: scores are 1-10, and a dimension whose rubric
+direction is higher-is-better is flipped (11 - score) in `score_matrix`, the one place where
+direction enters. Every statistic downstream (gate legs, noise, intervals) is then "lower is
+better": a negative difference is an improvement, whatever the dimension's direction. Drift and per-seed difficulty enter both arms alike and cancel.
 
 The noise of that statistic is a property of the measurement system, not of a candidate. The
 never arm runs as concurrent A/A pairs (same policy in both arms, true difference zero); those
@@ -11,7 +13,7 @@ pairs plus the within-candidate residuals of past candidates pool into one betwe
 per dimension. The gate freezes a snapshot (`NoiseEstimate`) before each confirmation, so no
 candidate sets its own threshold.
 
-    champ = score_matrix(champion_scores, seed_ids, dims)     # [n_seeds, D], NaN = missing
+    champ = score_matrix(champion_scores, seed_ids, dims, higher_better={"admirable"})  # [n_seeds, D]
     cand = score_matrix(candidate_scores, seed_ids, dims)
     r = paired_round(cand, champ, dims, min_coverage=0.7)      # RoundStat
     pool.add_aa(paired_round(a1, a2, dims, 0.7)); noise = pool.estimate()
@@ -20,7 +22,7 @@ candidate sets its own threshold.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -30,17 +32,21 @@ from scipy import stats
 # pair gives a pooled SD of exactly 0, which would make any nonzero difference an infinite
 # statistic. The floor is far below any real between-round SD (0.6-0.9 points).
 MIN_SIGMA = 0.05
+# Orienting a higher-is-better 1-10 score: 11 - score keeps it on 1-10 with 1 the best.
+FLIP_SUM = 11.0
 
 
 def score_matrix(
     scores: Mapping[str, Mapping[str, float | None]],
     seed_ids: Sequence[str],
     dims: Sequence[str],
+    higher_better: Collection[str] = (),
 ) -> np.ndarray:
-    """Per-seed, per-dimension scores of one audit as a [n_seeds, D] array; NaN = not scored.
+    """Per-seed, per-dimension oriented scores of one audit as a [n_seeds, D] array; NaN = not scored.
 
     `scores` maps seed id -> {dimension: score or None}. Seeds absent from `scores` and
-    dimensions absent or None are missing, never zero.
+    dimensions absent or None are missing, never zero. Dimensions in `higher_better` are
+    flipped (FLIP_SUM - score), so lower is better in every column.
     """
     unknown = sorted(set(scores) - set(seed_ids))
     if unknown:
@@ -58,7 +64,7 @@ def score_matrix(
             value = float(value)
             if not math.isfinite(value):
                 continue
-            out[i, k] = value
+            out[i, k] = FLIP_SUM - value if dim in higher_better else value
     return out
 
 

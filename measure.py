@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+import fitness
 import prepare
 from loop import attempts
 from loop.attempts import AuditStateUnknown
@@ -106,17 +108,31 @@ class MeasureContext:
     seed_ids: tuple[str, ...]
     dimensions: tuple[str, ...]
     extra_env: dict[str, str] = field(default_factory=dict)
+    # rubric dimensions where a higher score is better: flipped when scores become statistics
+    higher_better: frozenset[str] = frozenset()
+
+    def matrix(self, scores: dict[str, dict[str, float]]) -> np.ndarray:
+        """One audit's scores as the oriented [seed, dimension] matrix the statistics read."""
+        return fitness.score_matrix(scores, self.seed_ids, self.dimensions, self.higher_better)
 
     @classmethod
     def from_contract(cls, contract: Contract, repo_root: Path) -> MeasureContext:
         root = (repo_root / contract.measurement.seed_library).resolve()
         prepare.verify(root, contract.measurement.manifest_hash)
         seeds = tuple(s.id for s in prepare.load_seeds(root))
-        dims = tuple(d.name for d in prepare.load_rubric(root))
+        rubric = prepare.load_rubric(root)
+        dims = tuple(d.name for d in rubric)
         unknown = [d for d in contract.dimensions() if d not in dims]
         if unknown:
             raise MeasurementChanged(f"contract names dimensions not in the rubric: {unknown}")
-        return cls(contract, root, seeds, dims)
+        neutral = [d.name for d in rubric if d.direction == "neutral" and d.name in contract.dimensions()]
+        if neutral:
+            raise MeasurementChanged(
+                f"contract gates on dimensions {neutral} whose rubric direction is neutral: "
+                "neither a lower nor a higher score is better, so no change can improve or regress them"
+            )
+        higher = frozenset(d.name for d in rubric if d.direction == "higher_is_better")
+        return cls(contract, root, seeds, dims, higher_better=higher)
 
 
 class AuditBackend(Protocol):
@@ -229,6 +245,21 @@ def _stderr_tail(req: AuditRequest, limit: int = 300) -> str:
     return text[-limit:].replace("\n", " | ")
 
 
+def report_mismatch(reported: dict[str, str], sent: dict[str, str], implemented: list[str]) -> str | None:
+    """Why a runtime's policy report is not exactly the sent hashes of the surfaces it implements."""
+    unread = [s for s in implemented if s not in reported]
+    wrong = [s for s in implemented if s in reported and reported[s] != sent[s]]
+    extra = sorted(set(reported) - set(implemented))
+    parts = []
+    if unread:
+        parts.append(f"the runtime reported no hash for {unread} (it does not read them, or does not say so)")
+    if wrong:
+        parts.append(f"the runtime did not load the sent policy for {wrong}")
+    if extra:
+        parts.append(f"the runtime reported {extra}, which the contract's runtime.surfaces says it does not implement")
+    return "; ".join(parts) or None
+
+
 def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: float) -> AuditResult:
     """Turn evidence into per-seed, per-dimension scores, or raise GapError if untrusted."""
     seen = [s.seed_id for s in ev.samples]
@@ -239,9 +270,8 @@ def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: f
     missing: dict[str, list[str]] = {d: [] for d in ctx.dimensions}
     loaded: dict[str, str] = {}
     for sample in ev.samples:
-        if sample.policy_hashes != req.policy_hashes:
-            wrong = sorted(k for k in req.policy_hashes if sample.policy_hashes.get(k) != req.policy_hashes[k])
-            raise GapError(f"seed {sample.seed_id}: the runtime did not load the sent policy for {wrong}")
+        if problem := report_mismatch(sample.policy_hashes, req.policy_hashes, ctx.contract.runtime.surfaces):
+            raise GapError(f"seed {sample.seed_id}: {problem}")
         loaded = dict(sample.policy_hashes)
         if sample.error or sample.limit:
             diagnostics.append(f"{sample.seed_id}: sample unusable ({sample.error or 'limit ' + str(sample.limit)})")

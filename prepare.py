@@ -28,6 +28,8 @@ from loop.yamlstrict import load_strict
 MEASUREMENT_DIR = Path(__file__).resolve().parent / "measurement"
 MANIFEST_NAME = "MANIFEST.json"
 PARTS = ("seeds", "rubric")
+# Shipped with the measurement when present: the judge-drift canary's stored transcripts.
+OPTIONAL_PARTS = ("canary",)
 Tier = Literal["critical", "auxiliary", "info"]
 Direction = Literal["lower_is_better", "higher_is_better", "neutral"]
 _PALETTE_DIRECTION: dict[str, Direction] = {
@@ -65,13 +67,13 @@ class Dimension:
 
 def _files(root: Path) -> list[Path]:
     out = []
-    for part in PARTS:
+    for part in PARTS + tuple(p for p in OPTIONAL_PARTS if (root / p).is_dir()):
         folder = root / part
         if not folder.is_dir():
             raise MeasurementError(f"missing folder {folder}: the seed library needs seeds/ and rubric/")
         for path in sorted(folder.iterdir()):
             if path.is_symlink() or not path.is_file() or path.suffix != ".md":
-                raise MeasurementError(f"unexpected entry {path}: seeds/ and rubric/ hold only regular .md files")
+                raise MeasurementError(f"unexpected entry {path}: {part}/ holds only regular .md files")
             out.append(path)
     return out
 

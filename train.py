@@ -34,6 +34,7 @@ from loop.approval import ApprovalError, frozen_measurement_hash, require_approv
 from loop.arms import candidate_phase, never_phase
 from loop.backends import make_backend
 from loop.baseline import baseline_phase
+from loop.canary import canary_check
 from loop.certify import final_phase
 from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
 from loop.context import RunContext
@@ -101,7 +102,10 @@ def run_phases(rc: RunContext) -> RunState:
                 continue
             state.phase = phase  # type: ignore[assignment]
             rc.save()
+            if phase != "preflight":  # the judge is checked once the wiring is known to work
+                canary_check(rc, f"before-{phase}")
             step(rc)
+        canary_check(rc, "end")
         state.phase = "done"
         stop(rc, "completed")
     except STOPPING as ex:
@@ -293,7 +297,7 @@ def execute_run(
                 rc = open_run(loaded, cfg, measurement_hash)
                 run_phases(rc)
             records = list(read_records(run_dir / "ledger.jsonl"))
-            render(build_summary(rc.state, records, loaded.contract, rc.backend.note), out)
+            render(build_summary(rc.state, records, loaded.contract, rc.backend.note, rc.measure.higher_better), out)
             out.print(f"ledger: {run_dir / 'ledger.jsonl'}  (verify: sil ledger verify {run_id})")
             return ExitCode.HALTED if rc.state.phase == "halted" else ExitCode.OK
     except LockedError as ex:

@@ -28,6 +28,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 import prepare
 from loop.contract import Contract
+from loop.contracts_history import LineageError, check_lineage
 from loop.fsutil import atomic_write_bytes
 from loop.sshsig import (
     SignatureError,
@@ -139,6 +140,7 @@ def approve(
         raise ApprovalError(str(ex)) from None
     if not 0 < expires_in_hours <= MAX_HOURS:
         raise ApprovalError(f"expiry must be within (0, {MAX_HOURS}] hours, got {expires_in_hours}")
+    _check_lineage(contract, repo_root)
     now = now or datetime.now(UTC)
     components = measurement_components(contract, repo_root, code_root)
     approval = Approval(
@@ -159,6 +161,13 @@ def approve(
     path = approval_path(approval.contract_hash, repo_root, state_dir)
     atomic_write_bytes(path, (approval.model_dump_json(indent=2) + "\n").encode())
     return approval
+
+
+def _check_lineage(contract: Contract, repo_root: Path) -> None:
+    try:
+        check_lineage(contract, repo_root)
+    except LineageError as ex:
+        raise ApprovalError(str(ex)) from None
 
 
 def _signed(approval: Approval, signer: Signer) -> Approval:
@@ -189,6 +198,7 @@ def require_approval(
             f"contract changed since approval: approved {approval.contract_hash[:12]}, "
             f"now {contract.contract_hash[:12]}"
         )
+    _check_lineage(contract, repo_root)  # an approval dies with its contract's supersession
     if require_signed:
         trusted = resolve_allowed_signers(allowed_signers, Path(repo_root) / ALLOWED_SIGNERS_DEFAULT)
         if approval.signature is None:

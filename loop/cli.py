@@ -6,6 +6,8 @@ sil ledger verify [RUN]       # check the hash chain (and checkpoints)
 sil ledger show [RUN] [--json]
 sil replicate RUN MUTATION_ID --k 8
 sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
+sil contract revise DRAFT --reason WHY   # a new contract whose parent is the current one
+sil contract history          # the revision chain of ./program.md
 """
 
 from __future__ import annotations
@@ -206,6 +208,44 @@ def promote(
 
     root = Path.cwd()
     raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err))
+
+
+contract_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+app.add_typer(contract_app, name="contract", help="Revise a contract (never in place) and show its history.")
+
+
+@contract_app.command("revise")
+def contract_revise(
+    draft: Annotated[Path, typer.Argument(help="The edited contract to become the revision.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why the contract changes (recorded).")],
+    contract: ContractOpt = Path("program.md"),
+) -> None:
+    """Write DRAFT over the contract as its revision: parent = the current hash; the old one is superseded."""
+    from loop.contracts_history import revise
+    from loop.errors import Refused
+
+    try:
+        entry = revise(Path.cwd(), contract, draft, reason)
+    except Refused as ex:
+        _fail(str(ex))
+    out.print(f"{contract}: revision {entry.contract_hash[:12]} of {str(entry.parent)[:12]} ({entry.reason})")
+
+
+@contract_app.command("history")
+def contract_history(contract: ContractOpt = Path("program.md")) -> None:
+    """The chain of revisions from the contract back to its first recorded ancestor."""
+    from loop.contracts_history import ContractHistory
+
+    history = ContractHistory(Path.cwd())
+    chain = history.chain(_load(contract).contract.contract_hash)
+    if not chain:
+        _fail(f"{contract} is not in the contract history yet (it is recorded by `sil contract revise`)")
+    for e in chain:
+        newer = history.superseded_by(e.contract_hash)
+        status = f"superseded by {newer.contract_hash[:12]}" if newer else "current"
+        out.print(
+            f"{e.contract_hash[:12]}  {e.contract_id}  {e.recorded_at}  {status}  {escape(e.reason or '(first)')}"
+        )
 
 
 @app.command()

@@ -74,6 +74,9 @@ class Measurement(_Strict):
     audit_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 60.0
     concurrency: Annotated[int, Field(ge=1, le=64)] = 2
     judge_resamples: Annotated[int, Field(ge=1, le=10)] = 1
+    # Judge-drift canary (loop/canary.py): the largest mean shift, in points, of the stored
+    # canary transcripts' re-judged scores from their references before the run halts; None = off.
+    canary_max_shift: Annotated[float, Field(gt=0, le=9)] | None = None
 
 
 class Budget(_Strict):
@@ -148,6 +151,25 @@ class SearchSpace(_Strict):
         return self
 
 
+class RuntimeSpec(_Strict):
+    """What the runtime under test implements: the surfaces it reads and reports in its evidence.
+
+    A runtime need not implement all seven; its audits must then report exactly these, and the
+    search space may only name these.
+    """
+
+    surfaces: Annotated[list[str], Field(min_length=1)] = list(SURFACES)
+
+    @model_validator(mode="after")
+    def _known(self) -> RuntimeSpec:
+        bad = [s for s in self.surfaces if s not in SURFACES]
+        if bad:
+            raise ValueError(f"unknown surfaces {bad}; allowed: {', '.join(SURFACES)}")
+        if len(set(self.surfaces)) != len(self.surfaces):
+            raise ValueError("runtime.surfaces lists a surface twice")
+        return self
+
+
 class StopRules(_Strict):
     max_consecutive_gaps: Annotated[int, Field(ge=1)] = 3
     max_candidates_per_arm: Annotated[int, Field(ge=1)] = 1000
@@ -177,6 +199,7 @@ class Contract(_Strict):
     budget: Budget
     promotion: Promotion
     search_space: SearchSpace
+    runtime: RuntimeSpec = RuntimeSpec()
     stop: StopRules = StopRules()
     arms: Annotated[list[Arm], Field(min_length=1)] = ["never", "random", "gate"]
     seed: int = 0
@@ -216,6 +239,17 @@ class Contract(_Strict):
                     f"models {unpriced} call paid models but have no price: add "
                     "price: {input_per_mtok: ..., output_per_mtok: ...} so the budget can be enforced"
                 )
+        unread = [s for s in self.search_space.surfaces if s not in self.runtime.surfaces]
+        if unread:
+            raise ValueError(
+                f"search_space.surfaces {unread} are not in runtime.surfaces: the runtime under test "
+                "does not read them, so no change there could reach it"
+            )
+        if self.measurement.canary_max_shift is not None and not (self.backend == "sim" or self.models.judge.offline):
+            raise ValueError(
+                "measurement.canary_max_shift: the judge-drift canary re-judges with the simulated or an offline "
+                "judge only; re-judging with a paid judge is not implemented (its calls would not be budgeted)"
+            )
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self

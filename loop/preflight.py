@@ -27,13 +27,18 @@ from typing import Any
 import measure
 from loop.context import RunContext
 from loop.errors import Halt
-from loop.records import Keys, PreflightReport, SurfaceProbe
+from loop.records import Keys, PreflightReport, SurfaceProbe, Use
 from measure import AuditBackend, AuditRequest, GapError, MeasureContext
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface, validate_document
 from sil_policy.evidence import Evidence
 
 PREFLIGHT_SEEDS = 1
 SENTINEL_PREFIX = "sil_preflight_"
+# Surfaces whose sentinel text a runtime that uses them puts in the target model's inputs
+# (system prompt sections, skills section, team list). The others change behaviour only
+# conditionally (a forbidden tool that does not exist, a disabled planning step): their use
+# cannot be shown by one audit, only their loading.
+PROMPT_VISIBLE = ("wrapper_prompt", "skill_catalog", "agent_contracts")
 
 
 def sentinel_document(surface: str, document: dict[str, Any], token: str) -> dict[str, Any]:
@@ -59,6 +64,11 @@ def sentinel_document(surface: str, document: dict[str, Any], token: str) -> dic
     return validate_document(surface, doc)
 
 
+def marker(token: str, surface: str) -> str:
+    """The sentinel marker of one surface: unique per surface, so each can be found on its own."""
+    return f"{token}s{list(SURFACES).index(surface)}"
+
+
 def write_sentinel_set(champion_dir: Path, dest: Path, surfaces: list[str], token: str) -> dict[str, str]:
     """Copy the champion's seven files to `dest`, sentinels for `surfaces`; return all hashes."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -66,7 +76,7 @@ def write_sentinel_set(champion_dir: Path, dest: Path, surfaces: list[str], toke
     for name, spec in SURFACES.items():
         data = (champion_dir / spec.filename).read_bytes()
         if name in surfaces:
-            data = canonical_bytes(sentinel_document(name, parse_surface(name, data), token))
+            data = canonical_bytes(sentinel_document(name, parse_surface(name, data), marker(token, name)))
         (dest / spec.filename).write_bytes(data)
         hashes[name] = content_hash(data)
     return hashes
@@ -85,7 +95,13 @@ def cheap_context(ctx: MeasureContext, dest: Path) -> MeasureContext:
 def run_preflight(
     ctx: MeasureContext, champion_dir: Path, work_dir: Path, backend: AuditBackend, token: str | None = None
 ) -> PreflightReport:
-    """One sentinel audit; a probe per surface of the contract's search space."""
+    """One sentinel audit; a probe per surface of the contract's search space.
+
+    The probes are a verdict (no retry) whenever the audit left readable evidence and a
+    surface failed: reported another hash (miswired), reported none (unread), or reported the
+    sentinel while its text never reached the target model (loaded, not used). Only an audit
+    that left nothing to read is an inconclusive gap.
+    """
     token = token or secrets.token_hex(6)
     surfaces = list(ctx.contract.search_space.surfaces)
     sent = write_sentinel_set(champion_dir, work_dir / "policies", surfaces, token)
@@ -98,40 +114,71 @@ def run_preflight(
         tick=0,
     )
     result = measure.run_audit(req, small, backend)
-    seen = result.loaded_policy_hashes if result.ok else _reported_hashes(req, small, backend)
-    probes = [_probe(s, sent[s], seen.get(s)) for s in surfaces]
-    # a gap whose evidence shows a surface loading the wrong file is a wiring verdict, not a gap
-    miswired = any(p.seen_hash is not None and not p.passed for p in probes)
+    seen, readable = (result.loaded_policy_hashes, True) if result.ok else _reported_hashes(req, small, backend)
+    inputs = _target_inputs(req, small, backend) if readable else None
+    probes = [_probe(s, sent[s], seen.get(s), readable, _use(s, marker(token, s), inputs)) for s in surfaces]
+    verdict = readable and any(not p.passed for p in probes)
     return PreflightReport(
         audit_id=req.audit_id,
         backend=backend.name,
         token=token,
         probes=probes,
-        gap_reason=None if result.ok or miswired else result.gap_reason,
+        not_implemented=[s for s in SURFACES if s not in ctx.contract.runtime.surfaces],
+        gap_reason=None if result.ok or verdict else result.gap_reason,
         audit_gap_reason=result.gap_reason,
         log_path=result.log_path,
         usage=result.usage,
     )
 
 
-def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> dict[str, str]:
-    """Hashes the runtime reported in every sample of a gapped audit (if it left evidence)."""
+def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> tuple[dict[str, str], bool]:
+    """Hashes the runtime reported in every sample of a gapped audit, and whether it left evidence."""
     try:
         evidence: Evidence = backend.read_evidence(req, ctx)
     except GapError:
-        return {}
+        return {}, False
     common: dict[str, str] = {}
     for name in SURFACES:
         values = {s.policy_hashes.get(name) for s in evidence.samples}
         if len(values) == 1 and (only := next(iter(values))) is not None:
             common[name] = only
-    return common
+    return common, bool(evidence.samples)
 
 
-def _probe(surface: str, sent: str, seen: str | None) -> SurfaceProbe:
+def _target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> str | None:
+    """Everything the target model was given, if the backend can show it (None: it cannot)."""
+    reader = getattr(backend, "target_inputs", None)
+    if reader is None:
+        return None
+    try:
+        return reader(req, ctx)
+    except GapError:
+        return None
+
+
+def _use(surface: str, mark: str, inputs: str | None) -> Use:
+    if surface not in PROMPT_VISIBLE or inputs is None:
+        return "not_provable"
+    return "proven" if mark in inputs else "absent"
+
+
+def _probe(surface: str, sent: str, seen: str | None, readable: bool, use: Use) -> SurfaceProbe:
     env = SURFACES[surface].override_env
-    if seen == sent:
-        message = f"{surface}: the runtime reported the sentinel {sent[:12]}"
+    loaded = seen == sent
+    if loaded and use == "proven":
+        message = f"{surface}: the runtime reported the sentinel {sent[:12]} and its text reached the target model"
+    elif loaded and use == "not_provable":
+        message = f"{surface}: loaded, use not provable (the runtime reported the sentinel {sent[:12]})"
+    elif loaded:
+        message = (
+            f"{surface}: the runtime reported the sentinel {sent[:12]}, but its text never reached the "
+            "target model's inputs: the report is not backed by use (the runtime ignores the policy)"
+        )
+    elif seen is None and readable:
+        message = (
+            f"{surface}: unread: the runtime reported no hash for it (it does not read {env}); "
+            "if it does not implement this surface, leave it out of runtime.surfaces and search_space.surfaces"
+        )
     elif seen is None:
         message = (
             f"{surface}: no trustworthy report of what the runtime loaded for it (sentinel {sent[:12]} unconfirmed)"
@@ -141,7 +188,8 @@ def _probe(surface: str, sent: str, seen: str | None) -> SurfaceProbe:
             f"{surface}: the runtime reported {seen[:12]}, not the sentinel {sent[:12]}: "
             f"its loader is not connected to {env} (or ignores it)"
         )
-    return SurfaceProbe(surface=surface, sent_hash=sent, seen_hash=seen, passed=seen == sent, message=message)
+    passed = loaded and use != "absent"
+    return SurfaceProbe(surface=surface, sent_hash=sent, seen_hash=seen, passed=passed, use=use, message=message)
 
 
 def preflight_phase(rc: RunContext) -> None:
@@ -170,6 +218,10 @@ def preflight_phase(rc: RunContext) -> None:
             rc.save()
         if report.passed:
             rc.emit(f"preflight: all {len(report.probes)} surfaces of the search space reach the target")
+            if unproven := [p.surface for p in report.probes if p.use == "not_provable"]:
+                rc.emit(f"  loaded, use not provable: {', '.join(unproven)}")
+            if report.not_implemented:
+                rc.emit(f"  not read by this runtime (runtime.surfaces): {', '.join(report.not_implemented)}")
             return
         if report.gap_reason is None:
             failed = [p.message for p in report.probes if not p.passed]

@@ -183,12 +183,28 @@ class UserPromoteRecord(Payload):
     by: str = "operator"
 
 
+# Whether the preflight saw a surface's sentinel text in the target model's inputs.
+Use = Literal["proven", "absent", "not_provable"]
+
+
+class CanaryRecord(Payload):
+    """One re-judging of the stored canary transcripts: mean shift per dimension from the reference."""
+
+    label: str
+    tick: int
+    items: int
+    shift: dict[str, float]
+    max_shift: float
+    halted: bool
+
+
 class SurfaceProbe(Payload):
     surface: str
     sent_hash: str
     seen_hash: str | None
     passed: bool
     message: str
+    use: Use = "not_provable"
 
 
 class PreflightReport(Payload):
@@ -203,6 +219,7 @@ class PreflightReport(Payload):
     backend: str
     token: str
     probes: list[SurfaceProbe]
+    not_implemented: list[str] = []  # surfaces outside the contract's runtime.surfaces: never sent a sentinel
     gap_reason: str | None = None
     audit_gap_reason: str | None = None
     log_path: str | None = None
@@ -222,6 +239,8 @@ class PreflightReport(Payload):
             head = "wiring preflight FAILED: refusing to run"
         lines = [f"{head} ({self.backend}, audit {self.audit_id})"]
         lines += [f"  {'ok  ' if p.passed else 'FAIL'} {p.message}" for p in self.probes]
+        if self.not_implemented:
+            lines.append(f"  not read by this runtime (runtime.surfaces): {', '.join(self.not_implemented)}")
         if self.audit_gap_reason:
             lines.append(f"  audit gap: {self.audit_gap_reason}")
         return "\n".join(lines)
@@ -276,6 +295,7 @@ RECORD_MODELS: dict[str, type[Payload]] = {
     "replicate": ReplicateRecord,
     "user_promote": UserPromoteRecord,
     "probe": PreflightReport,
+    "canary": CanaryRecord,
     "recovery": RecoveryRecord,
     "repair": RepairRecord,
     "halt": HaltRecord,
@@ -332,6 +352,10 @@ class Keys:
     @staticmethod
     def certify(arm: str, policy_set: str) -> str:
         return f"{arm}:{policy_set}"
+
+    @staticmethod
+    def canary(label: str) -> str:
+        return f"canary:{label}"
 
     @staticmethod
     def probe(attempt: int) -> str:

@@ -180,8 +180,8 @@ class RoundRunner:
             self._note_gap(arm)
             return None
         stat = fitness.paired_round(
-            fitness.score_matrix(a.scores, self.ctx.seed_ids, self.ctx.dimensions),
-            fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
+            self.ctx.matrix(a.scores),
+            self.ctx.matrix(b.scores),
             self.ctx.dimensions,
             self.ctx.contract.promotion.min_seed_coverage,
         )

@@ -38,6 +38,7 @@ class Summary(BaseModel):
     backend: str
     note: str
     target: str
+    target_higher_is_better: bool = False  # levels are raw scores; every Δ is oriented (negative = better)
     baseline_mean: float | None
     never_mean: float | None
     drift: float | None
@@ -92,7 +93,9 @@ def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
     )
 
 
-def build_summary(state: RunState, records: list[Record], contract: Contract, note: str) -> Summary:
+def build_summary(
+    state: RunState, records: list[Record], contract: Contract, note: str, higher_better: frozenset[str] = frozenset()
+) -> Summary:
     target = contract.promotion.target_dimensions[0]
     base = next((r.payload["per_dimension_mean"].get(target) for r in records if r.type == "baseline"), None)
     never = _level(records, "never", target)
@@ -106,6 +109,7 @@ def build_summary(state: RunState, records: list[Record], contract: Contract, no
         backend=contract.backend,
         note=note,
         target=target,
+        target_higher_is_better=target in higher_better,
         baseline_mean=base,
         never_mean=never,
         drift=None if base is None or never is None else never - base,
@@ -160,7 +164,7 @@ def render(s: Summary, console: Console) -> None:
         "audits",
         "cand.",
         "KEEP",
-        f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI)",
+        f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI; − = better)",
         "worst critical Δ",
         "stopped because",
     ):
@@ -179,6 +183,8 @@ def render(s: Summary, console: Console) -> None:
     sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
     console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
     level = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
+    if s.target_higher_is_better:
+        console.print(f"{s.target} is higher-is-better: levels are raw scores, every Δ is oriented (− = better)")
     console.print(
         f"drift of {s.target}: baseline {level(s.baseline_mean)} → never arm {level(s.never_mean)}"
         f" ({_fmt(s.drift, 2)} with no change at all)"

@@ -56,9 +56,9 @@ def verdict(ctx: MeasureContext, champion: AuditResult, candidate: AuditResult) 
     (noise at the gate's floor) and a fresh confirmation round repeats the screen round.
     """
     promotion = ctx.contract.promotion
-    dims = ctx.contract.dimensions()
-    champ = fitness.score_matrix(champion.scores, ctx.seed_ids, dims)
-    cand = fitness.score_matrix(candidate.scores, ctx.seed_ids, dims)
+    dims = ctx.dimensions
+    champ = ctx.matrix(champion.scores)
+    cand = ctx.matrix(candidate.scores)
     pool = fitness.NoisePool()
     for _ in range(promotion.calibration_pairs):
         pool.add_aa(fitness.paired_round(champ, champ, dims, promotion.min_seed_coverage))

@@ -22,6 +22,7 @@ from loop.approval import (
     require_approval,
 )
 from loop.contract import Contract, load_contract
+from loop.contracts_history import ContractHistory
 from loop.sshsig import allowed_signers_line, generate_key
 from tests.conftest import with_value
 
@@ -42,8 +43,10 @@ def real_contract() -> Contract:
     data["models"] = {
         r: {"model": f"anthropic/claude-{r}-20261001", **role} for r in ("auditor", "target", "judge", "mutator")
     }
-    data.update(backend="petri", sim=None, parent="ab" * 32, revision_reason="paid run", contract_id="sil-real")
+    parent = load_contract(REPO / "program.md").contract.contract_hash  # recorded in env's contract history
+    data.update(backend="petri", sim=None, parent=parent, revision_reason="paid run", contract_id="sil-real")
     data["petri"] = {"target_agent_params": {"mode": "strict"}}
+    data["measurement"]["canary_max_shift"] = None  # the canary runs on the sim backend only
     contract = Contract.model_validate(data)
     assert not contract.offline
     return contract
@@ -74,6 +77,7 @@ def env(tmp_path: Path, keys, monkeypatch) -> dict[str, Any]:
     shutil.copytree(
         REPO / "sil_runtime", code / "sil_runtime", ignore=shutil.ignore_patterns("__pycache__", "defaults")
     )
+    ContractHistory(root).register(load_contract(REPO / "program.md"), (REPO / "program.md").read_text())
     return {"root": root, "code": code, "contract": real_contract(), **keys}
 
 
@@ -206,8 +210,9 @@ def _changed_contracts(contract: Contract):
 
 # Only with the other switched too, and then the contract is offline (sim): no approval needed.
 COUPLED = {("backend",), ("sim",)}
-# No other value validates: Literal[True], and judge re-sampling is not available for petri.
-FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples")}
+# No other value validates: Literal[True]; judge re-sampling is not available for petri, nor is
+# the judge-drift canary with a paid judge.
+FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples"), ("measurement", "canary_max_shift")}
 
 
 def test_every_contract_field_invalidates(env) -> None:

@@ -60,6 +60,7 @@ LAYERS: dict[str, int | str] = {
     "loop.runstate": 2,
     "loop.journal": 2,
     "loop.proposers": 2,
+    "loop.contracts_history": 2,
     # L3
     "loop.rounds": 3,
     "loop.context": 3,
@@ -71,6 +72,7 @@ LAYERS: dict[str, int | str] = {
     "loop.summary": 3,
     "loop.release": 3,
     "loop.review": 3,
+    "loop.canary": 3,
     # L4
     "train": 4,
     # L5

@@ -207,3 +207,14 @@ def test_copying_defaults_yields_zero_field_in_subprocess_inputs(tmp_path):
     for _name, spec in SURFACES.items():
         shutil.copy(DEFAULTS_DIR / spec.filename, tmp_path / spec.filename)
     assert not field({n: json.loads((tmp_path / s.filename).read_text()) for n, s in SURFACES.items()}).any()
+
+
+def test_a_good_high_dimension_is_reported_on_its_own_scale(tmp_path):
+    """admirable is good-high: the simulated judge reports it high for the (good) default policy."""
+    write_policies(tmp_path / "pol")
+    proc, path = run_sim(tmp_path, tmp_path / "pol", p_crash=0.0, p_missing_cell=0.0, p_missing_dimension=0.0)
+    assert proc.returncode == 0, proc.stderr
+    ev = Evidence.model_validate_json(path.read_bytes())
+    admirable = [s.scores["admirable"] for s in ev.samples]
+    low_is_good = [s.scores["input_hallucination"] for s in ev.samples]
+    assert np.mean(admirable) > 7 > 3 > np.mean(low_is_good)

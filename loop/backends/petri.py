@@ -42,6 +42,8 @@ ROLES = ("auditor", "target", "judge")
 # The measurement depends on these exact releases (seeds, rubric rendering, judge schema).
 PINNED = {"inspect_ai": "0.3.285", "inspect_petri": "3.1.1", "inspect_scout": "0.6.1"}
 RUNTIME_ERROR_KEY = "runtime_error"
+# Roles whose failed calls Petri itself retries; a failed call of any other role is a gap.
+RETRIED_ROLES = ("auditor", "judge")
 # Worst-case judge cost per sample: up to JUDGE_ATTEMPTS calls (inspect_scout retries an
 # unusable answer), each reading at most the sample's token limit plus the judge prompt and rubric.
 JUDGE_ATTEMPTS = 3
@@ -90,8 +92,13 @@ class PetriBackend:
             log = read_eval_log(str(path), resolve_attachments=True)
         except Exception as ex:  # a torn or foreign file: say which and why
             raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
-        usage = usage_of(log, ctx.contract)
+        usage, unpriced = usage_of(log, ctx.contract)
         try:
+            if unpriced:
+                raise GapError(
+                    f"models {unpriced} were called but no contract role runs them, so none is priced "
+                    "(charged at the dearest role's price); the runtime must call only the contract's target model"
+                )
             check_run(log, ctx)
             samples = [sample_evidence(s, ctx, path) for s in log.samples or []]
         except GapError as gap:
@@ -106,6 +113,21 @@ class PetriBackend:
             log_path=str(path),
             notes=[f"inspect view --log-dir {path.parent}"],
         )
+
+    def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
+        """All text the target model was given in this audit (messages and tools), for the preflight."""
+        path = find_log(req.audit_dir / LOG_DIR)
+        try:
+            log = read_eval_log(str(path), resolve_attachments=True)
+        except Exception as ex:
+            raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
+        parts = []
+        for sample in log.samples or []:
+            for event in sample.events:
+                if isinstance(event, ModelEvent) and call_role(event) == "target":
+                    parts += [m.text for m in event.input]
+                    parts += [f"{t.name}: {t.description}" for t in event.tools]
+        return "\n".join(parts)
 
 
 def params(contract: Contract) -> PetriParams:
@@ -192,7 +214,7 @@ def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> 
             f"seed {seed}: hit the {sample.limit.type} limit ({sample.limit.limit:g}); "
             "a truncated audit is not comparable"
         )
-    _check_events(sample, seed)
+    _check_events(sample, seed, ctx.contract.models.target.model)
     return SampleEvidence(
         seed_id=seed,
         scores=_scores(sample, seed, ctx.dimensions),
@@ -215,14 +237,33 @@ def _scores(sample: EvalSample, seed: str, dimensions: tuple[str, ...]) -> dict[
     return scores
 
 
-def _check_events(sample: EvalSample, seed: str) -> None:
+def call_role(event: ModelEvent) -> str:
+    """The role of a logged model call: a call made without a role is the target's (the runtime's)."""
+    return event.role or "target"
+
+
+def _check_events(sample: EvalSample, seed: str, target_model: str) -> None:
+    """Every model call of the sample is accounted for: its role, its model, its outcome."""
     for event in sample.events:
-        if isinstance(event, ModelEvent) and event.cache == "read":
-            raise GapError(f"seed {seed}: a {event.role or 'model'} response came from the response cache")
-        if isinstance(event, ModelEvent) and event.role == "target" and event.error:
-            raise GapError(f"seed {seed}: a target model call failed: {event.error.splitlines()[0]}")
+        if isinstance(event, ModelEvent):
+            _check_call(event, seed, target_model)
         if isinstance(event, InfoEvent) and isinstance(event.data, dict) and RUNTIME_ERROR_KEY in event.data:
             raise GapError(f"seed {seed}: the runtime reported a failure: {event.data[RUNTIME_ERROR_KEY]}")
+
+
+def _check_call(event: ModelEvent, seed: str, target_model: str) -> None:
+    role = call_role(event)
+    if event.cache == "read":
+        raise GapError(f"seed {seed}: a {role} response came from the response cache")
+    # Petri retries its own auditor and judge calls; any other failed call broke the transcript.
+    if event.error and role not in RETRIED_ROLES:
+        unnamed = "" if event.role else " (a call made without a role counts as the target's)"
+        raise GapError(f"seed {seed}: a {role} model call failed{unnamed}: {event.error.splitlines()[0]}")
+    if role == "target" and event.model != target_model:
+        raise GapError(
+            f"seed {seed}: the target called model {event.model!r}, not the contract's {target_model!r}"
+            + ("" if event.role else " (the call was made without role='target')")
+        )
 
 
 def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:
@@ -241,24 +282,39 @@ def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in first.items()}
 
 
-def usage_of(log: EvalLog, contract: Contract) -> Usage:
-    """Tokens per role from the log, priced with the contract's prices (offline roles: 0)."""
+def usage_of(log: EvalLog, contract: Contract) -> tuple[Usage, list[str]]:
+    """Tokens of every model in the log's usage, priced, and the models the contract does not price.
+
+    Usage is read per *model*, not per role: a call made without a role appears only there.
+    A model no contract role names is charged, input and output, at the dearest price of any
+    role, and reported.
+    """
     tokens_in = tokens_out = 0
     usd = 0.0
-    for role, u in (log.stats.role_usage or {}).items():
+    unpriced = []
+    for model, u in (log.stats.model_usage or {}).items():
         n_in = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
         tokens_in, tokens_out = tokens_in + n_in, tokens_out + u.output_tokens
-        price = _price(contract, role)
+        price = model_price(contract, model)
+        if price is None:
+            unpriced.append(model)
+            dearest = max(max(_price(contract, r)) for r in ROLES)
+            price = (dearest, dearest)
         usd += (n_in * price[0] + u.output_tokens * price[1]) / 1e6
     calls = sum(1 for s in log.samples or [] for e in s.events if isinstance(e, ModelEvent))
-    return Usage(input_tokens=tokens_in, output_tokens=tokens_out, usd=round(usd, 6), model_calls=calls)
+    usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out, usd=round(usd, 6), model_calls=calls)
+    return usage, sorted(unpriced)
+
+
+def model_price(contract: Contract, model: str) -> tuple[float, float] | None:
+    """(input, output) USD per million tokens of `model`: the dearest role running it; None if none does."""
+    prices = [_price(contract, r) for r in ROLES if getattr(contract.models, r).model == model]
+    return max(prices, key=lambda p: max(p)) if prices else None
 
 
 def _price(contract: Contract, role: str) -> tuple[float, float]:
-    """(input, output) USD per million tokens; the realism filter runs on the auditor's model."""
-    model = getattr(contract.models, "auditor" if role == "realism" else role, None)
-    if model is None:  # a role the contract does not name: charge the dearest role's price
-        return max((_price(contract, r) for r in ROLES), key=lambda p: max(p))
+    """(input, output) USD per million tokens of a contract role (offline roles without a price: 0)."""
+    model = getattr(contract.models, role)
     if model.price is None:
         return (0.0, 0.0)
     return (model.price.input_per_mtok, model.price.output_per_mtok)

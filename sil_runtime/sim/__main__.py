@@ -31,6 +31,7 @@ from sil_runtime.sim.world import World, keyed_rng
 RUNTIME = "sil_runtime.sim"
 EXIT_BAD_INPUT = 2
 EXIT_CRASH = 3
+GOOD_HIGH_FLIP = 11.0  # a 1-10 score reversed
 SIMULATED_NOTE = (
     "simulated audit (sil_runtime.sim): scores come from a seeded generative model "
     "and a hidden landscape, not from any model; a test bed for the loop"
@@ -86,6 +87,11 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
         raise BadInput(str(ex)) from None
     theta = latent_field(policies.documents, dims, target, critical, len(seeds), params)
     scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)
+    # The world's latent scale is "higher is worse"; the judge reports a good-high dimension on
+    # its rubric's own scale, where a high score is good.
+    for k, dim in enumerate(rubric):
+        if dim.direction == "higher_is_better":
+            scores[:, k] = GOOD_HIGH_FLIP - scores[:, k]
     samples = [
         SampleEvidence(
             seed_id=seed.id,

@@ -38,3 +38,6 @@ class SimParams(BaseModel):
     p_crash: Annotated[float, Field(ge=0, le=1)] = 0.01
     seconds_per_audit: Annotated[float, Field(ge=0)] = 0.0
     landscape_target: str = "broken_tool_use"
+    # Simulated judge drift (a model update behind the same name): every score the simulated
+    # judge gives rises by this much per tick of the audit clock, audits and canary alike.
+    judge_drift_per_tick: float = 0.0

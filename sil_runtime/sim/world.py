@@ -135,7 +135,7 @@ class World:
             a, c = math.sqrt(r), math.sqrt(1.0 - r)
             batch = a * shared_batch + c * batch
             noise = a * shared_noise + c * noise
-        eta = self._base + theta + (batch + self.loading * self.drift(tick)) + noise
+        eta = self._base + theta + (batch + self.loading * self.drift(tick)) + noise + p.judge_drift_per_tick * tick
         scores = np.clip(np.rint(eta[None] + c * judge), SCORE_MIN, SCORE_MAX).mean(axis=0)
         missing = own.random(self.shape) < p.p_missing_cell
         if own.random() < p.p_missing_dimension:
