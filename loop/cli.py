@@ -153,7 +153,7 @@ def run(
     except KeyboardInterrupt:
         err.print(
             f"\ninterrupted: run {rid} stopped; its state and ledger are saved. Resume with: "
-            f"sil run --contract {escape(loaded.path)} --run-id {rid}",
+            f"sil run --contract {escape(os.path.relpath(loaded.path))} --run-id {rid}",
             highlight=False,
         )
         raise typer.Exit(ExitCode.INTERRUPTED) from None

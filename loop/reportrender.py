@@ -126,6 +126,11 @@ def _arm_rows(d: ReportData) -> list[list[str]]:
 
 
 ARM_HEAD = ["arm", "audits", "candidates", "KEEP", "Δ target vs start (90% CI)", "worst critical Δ", "stopped"]
+CERT_NOTE = (
+    "Certification tests the arm's final champion against the starting policy (all its KEEPs together); "
+    "a replication re-tests one KEEP against its own parent on fresh rounds. The two answer different "
+    "questions, so a KEEP can hold on replication while the champion fails certification."
+)
 CERT_HEAD = ["arm", "champion", "certified", "rounds", "reason", "legs (Δ vs start [90% CI], statistic vs boundary)"]
 
 
@@ -175,7 +180,8 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
         parts.append(f"<h2>{_e(PLOT_TITLES[name])}</h2><img class='plot' id='plot-{name}' alt='{name}' src='{uri}'>")
     parts += ["<h2>Candidates</h2>", _html_table(CAND_HEAD, _candidate_rows(d))]
-    parts += ["<h2>Certification and held-out re-measurement</h2>", _html_table(CERT_HEAD, _cert_rows(d))]
+    parts += ["<h2>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
+    parts.append(_html_table(CERT_HEAD, _cert_rows(d)))
     parts.append("<h2>Kept policy changes</h2>")
     for k in d.kept or []:
         parts.append(f"<h3>{_e(k.arm)} {_e(k.mutation_id)} → set {_e(k.policy_set)}</h3><pre>{_e(k.diff)}</pre>")
@@ -194,7 +200,8 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     for name, file in plot_files.items():
         lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
     lines += ["## Candidates", "", _md_table(CAND_HEAD, _candidate_rows(d)), ""]
-    lines += ["## Certification and held-out re-measurement", "", _md_table(CERT_HEAD, _cert_rows(d)), ""]
+    lines += ["## Certification and held-out re-measurement", "", CERT_NOTE, ""]
+    lines += [_md_table(CERT_HEAD, _cert_rows(d)), ""]
     lines += ["## Kept policy changes", ""]
     for k in d.kept:
         lines += [f"### {k.arm} {k.mutation_id} → set {k.policy_set}", "", "```diff", k.diff, "```", ""]

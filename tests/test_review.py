@@ -324,3 +324,32 @@ def test_halt_lines_say_what_to_do_next() -> None:
     text = console.export_text()
     assert "repeated gaps [x]" in text and "run the same `sil run` command again" in text
     assert "lower is better" in text
+
+
+@pytest.mark.slow
+def test_status_json_parses_while_a_run_is_running(workspace) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_train import shrink
+
+    shrink(workspace)
+    sil = Path(sys.executable).parent / "sil"
+    proc = subprocess.Popen(
+        [str(sil), "run", "--run-id", "live"], cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    seen = []
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            res = subprocess.run([str(sil), "status", "live", "--json"], cwd=workspace, capture_output=True, text=True)
+            if res.returncode == 0:
+                seen.append(json.loads(res.stdout))
+            time.sleep(0.5)
+    finally:
+        proc.wait(timeout=600)
+    assert proc.returncode == 0
+    assert any(s["running"] for s in seen), "status never saw the run running"
+    runs = subprocess.run([str(sil), "runs", "--json"], cwd=workspace, capture_output=True, text=True)
+    assert [r["run_id"] for r in json.loads(runs.stdout)] == ["live"]
