@@ -94,7 +94,7 @@ def replicate_keep(
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
     except Halt as ex:
-        err.print(f"[bold red]stopped:[/] {escape(str(ex))}")
+        err.print(f"[bold red]stopped:[/] {escape(str(ex))} — fix the cause, then run the same command again")
         return ExitCode.HALTED
     ti = "—" if result.target_interval is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*result.target_interval)
     verdict = "DEMOTED" if result.demoted else "holds"

@@ -21,6 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from loop.errors import Halt
 from loop.runstate import RunState
 
+BAR_WIDTH = 24
+
 
 class RunProgress:
     def __init__(self, console: Console, run_dir: Path, total: int, *, live: bool | None = None) -> None:
@@ -34,7 +36,7 @@ class RunProgress:
         if self.live:
             self._bar = Progress(
                 TextColumn("[bold]{task.fields[phase]}[/]"),
-                BarColumn(),
+                BarColumn(bar_width=BAR_WIDTH),
                 MofNCompleteColumn(),
                 TextColumn("audits"),
                 TimeElapsedColumn(),
@@ -67,7 +69,7 @@ class RunProgress:
         arm = state.arms.get(state.phase)
         if arm is not None and arm.pending is not None:
             m = arm.pending.mutation
-            candidate = f"{state.phase} {m.mutation_id[:8]} {m.surface}.{m.path} look {arm.pending.trial.rounds}"
+            candidate = f"{m.mutation_id[:8]} {m.surface} look {arm.pending.trial.rounds}"
         if self._bar is not None and self._task is not None:
             self._bar.update(
                 self._task, completed=min(state.audits, self.total), phase=state.phase, candidate=candidate
