@@ -189,7 +189,7 @@ def approve(
             by,
             expires_in_hours,
             None if key is None else _user_path(key),
-            allowed_signers=allowed_signers,
+            allowed_signers=None if allowed_signers is None else _user_path(allowed_signers),
         )
     except ApprovalError as ex:
         _fail(str(ex))
@@ -213,7 +213,8 @@ def ledger_verify(
 
     root = Path.cwd()
     rdir = _run_dir(root, run)
-    report = verify_run_ledger(rdir / "ledger.jsonl", root, allowed_signers, require_signed=require_signed)
+    signers = None if allowed_signers is None else _user_path(allowed_signers)
+    report = verify_run_ledger(rdir / "ledger.jsonl", root, signers, require_signed=require_signed)
     if as_json:
         out.print_json(report.model_dump_json())
         raise typer.Exit(0 if report.ok else 1)
