@@ -174,7 +174,7 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
             "not the quality of any model or policy.</p>"
         )
     parts += [f"<p><b>{_e(d.conclusion)}</b></p>", "<h2>Contract, approval and trust</h2>"]
-    parts.append(_html_table(["", ""], _overview_rows(d)))
+    parts.append(_html_table(["item", "value"], _overview_rows(d)))
     parts += ["<h2>Arms</h2>", _html_table(ARM_HEAD, _arm_rows(d))]
     for name, png in pngs.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
@@ -196,7 +196,7 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     if d.simulated:
         lines += ["> Simulated audits: plumbing and statistics, not the quality of any model or policy.", ""]
     lines += [f"**{d.conclusion}**", "", "## Contract, approval and trust", ""]
-    lines += [_md_table(["", ""], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
+    lines += [_md_table(["item", "value"], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
     for name, file in plot_files.items():
         lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
     lines += ["## Candidates", "", _md_table(CAND_HEAD, _candidate_rows(d)), ""]
