@@ -289,12 +289,15 @@ def promote(
 
 
 @app.command()
-def check(contract: ContractOpt = Path("program.md")) -> None:
-    """Validate a contract, the frozen measurement and the policy files, offline."""
+def check(
+    contract: ContractOpt = Path("program.md"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (same exit code).")] = False,
+) -> None:
+    """Run every start-time check of `sil run` (contract, rubric, measurement, policies, SDKs, approval), offline."""
     from loop.commands import check_contract
 
     loaded = _load(contract)
-    raise typer.Exit(check_contract(loaded, Path.cwd(), out, err))
+    raise typer.Exit(check_contract(loaded, Path.cwd(), out, err, as_json=as_json))
 
 
 # ---- review: runs, status, report, compare, export (logic in loop/status.py, report*.py, ...)

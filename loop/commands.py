@@ -6,6 +6,7 @@ train.execute_run.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -51,15 +52,18 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     )
 
 
-def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console) -> int:
+def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console, as_json: bool = False) -> int:
     """Print every start-time check of `sil run`: exit 1 if the measurement or policies fail, 2 if refused."""
     report = start_checks(loaded, root)
-    for item in report.items:
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=1) + "\n")
+    for item in [] if as_json else report.items:
         colour = {"ok": "green", "warn": "yellow", "fail": "bold red"}[item.status]
         line = f"[{colour}]{item.status:>4}[/] {item.name}: {escape(item.detail)}"
         (err if item.status == "fail" else out).print(line, highlight=False)
     if not report.ok:
-        err.print(f"check failed: {len(report.failures)} of {len(report.items)} checks; `sil run` would refuse")
+        if not as_json:
+            err.print(f"check failed: {len(report.failures)} of {len(report.items)} checks; `sil run` would refuse")
         broken = any(i.name in ("measurement", "policies") for i in report.failures)
         return ExitCode.FAILED if broken else ExitCode.REFUSED
     return ExitCode.OK

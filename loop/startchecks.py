@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 import prepare
 from loop.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
@@ -74,6 +74,7 @@ class CheckReport(BaseModel):
     def warnings(self) -> list[CheckItem]:
         return [i for i in self.items if i.status == "warn"]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
         return not self.failures

@@ -60,6 +60,8 @@ def test_check_and_run_refuse_a_dimension_not_in_the_rubric(workspace, monkeypat
     result = invoke("check")
     assert result.exit_code == 2
     assert "promotion.target_dimensions[0]" in result.output and "broken_tool_usage" in result.output
+    as_json = invoke("check", "--json")
+    assert as_json.exit_code == 2 and json.loads(as_json.stdout)["ok"] is False
     result = invoke("run")
     assert result.exit_code == 2 and "broken_tool_usage" in result.output
     assert not (workspace / "state" / "runs").exists(), "a refused run left a run folder behind"
