@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -237,12 +238,39 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _stderr_tail(req: AuditRequest, limit: int = 300) -> str:
-    try:
-        text = (req.audit_dir / "stderr.log").read_text(errors="replace").strip()
-    except OSError:
-        return ""
-    return text[-limit:].replace("\n", " | ")
+# API-key-shaped tokens; group `pre` (kept) is the text before the secret
+_SECRET_PATTERNS = (
+    re.compile(r"(?P<pre>)\b(?:sk|rk|pk)-[A-Za-z0-9_-]{8,}"),
+    re.compile(r"(?i)(?P<pre>bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"(?i)(?P<pre>(?:api[_-]?key|token|secret|password)[\"']?\s*[:=]\s*[\"']?)[^\s\"',]{4,}"),
+)
+TAIL_LINES = 6
+
+
+def redact(text: str, ctx: MeasureContext | None = None) -> str:
+    """The text with credential values and key-shaped tokens replaced by «redacted»."""
+    if ctx is not None:
+        for role in ("auditor", "target", "judge", "mutator"):
+            name = getattr(ctx.contract.models, role).credential_env
+            value = os.environ.get(name or "")
+            if value and len(value) >= 4:
+                text = text.replace(value, "«redacted»")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: m.group("pre") + "«redacted»", text)
+    return text
+
+
+def _stderr_tail(req: AuditRequest, ctx: MeasureContext | None = None, limit: int = 600) -> str:
+    """The audit's last stderr lines, else its last stdout lines (secrets redacted), for a gap reason."""
+    for name in ("stderr.log", "stdout.log"):
+        try:
+            text = (req.audit_dir / name).read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            tail = " | ".join(line.strip() for line in text.splitlines()[-TAIL_LINES:] if line.strip())
+            return f"{name}: {redact(tail, ctx)[-limit:]}"
+    return f"no output in stderr.log or stdout.log of {req.audit_dir}"
 
 
 def report_mismatch(reported: dict[str, str], sent: dict[str, str], implemented: list[str]) -> str | None:
@@ -343,7 +371,7 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
             env = audit_env(req, ctx, copies)
             rc = _run_process(cmd, req, env, timeout, prior.attempt + 1)
         if rc != 0:
-            raise GapError(f"audit process exited {rc}: {_stderr_tail(req)}")
+            raise GapError(f"audit process exited {rc}: {_stderr_tail(req, ctx)}")
         evidence = backend.read_evidence(req, ctx)
         wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
         return score_evidence(req, ctx, evidence, wall)

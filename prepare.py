@@ -13,6 +13,7 @@ is changing the measurement, never a candidate.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -94,6 +95,11 @@ def write_manifest(root: Path = MEASUREMENT_DIR) -> Manifest:
 
 def read_manifest(root: Path = MEASUREMENT_DIR) -> Manifest:
     path = root / MANIFEST_NAME
+    if not root.is_dir():
+        raise MeasurementError(
+            f"seed library folder {root} does not exist: check measurement.seed_library in the contract "
+            "(a path relative to the project root); nothing needs re-freezing"
+        )
     try:
         return Manifest.model_validate_json(path.read_text())
     except OSError:
@@ -162,8 +168,18 @@ def load_rubric(root: Path = MEASUREMENT_DIR) -> list[Dimension]:
 
 
 def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python prepare.py",
+        description="Verify the frozen seed library and rubric against their manifest (or re-freeze them).",
+    )
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help="re-freeze: write a new MANIFEST.json (a new measurement, so a new contract manifest_hash)",
+    )
+    args = ap.parse_args(argv)  # an unknown option exits 2 with usage
     root = MEASUREMENT_DIR
-    if "--write" in argv:
+    if args.write:
         m = write_manifest(root)
         print(f"wrote {root / MANIFEST_NAME}: {len(m.files)} files, hash {m.manifest_hash}")
         return 0

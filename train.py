@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 import measure
 import prepare
@@ -49,7 +50,9 @@ from loop.preflight import preflight_phase
 from loop.records import HaltRecord, Keys, RunRecord, StopRecord
 from loop.rounds import Guards, RoundRunner
 from loop.runstate import RunState
+from loop.runview import write_contract_snapshot
 from loop.sshsig import Signer
+from loop.startchecks import run_refusals
 from loop.summary import build_summary, render
 from measure import MeasureContext
 from sil_policy import PolicyError
@@ -66,6 +69,7 @@ PHASES: tuple[tuple[str, Callable[[RunContext], None]], ...] = (
     ("gate", functools.partial(candidate_phase, name="gate")),
     ("final", final_phase),
 )
+HALT_NEXT = "the halt is recorded; fix its cause, then run the same `sil run` command again to resume"
 STOPPING = (Halt, measure.MeasurementChanged, HandEditedPolicy)
 
 
@@ -148,6 +152,7 @@ def halt(rc: RunContext, reason: str) -> None:
     state.phase, state.halt_reason = "halted", reason
     rc.book.once(Keys.halt(len(rc.book.of_type("halt"))), HaltRecord(reason=reason, phase=state.resume_phase))
     rc.emit(f"HALT: {reason}")
+    rc.emit(HALT_NEXT)
     rc.save()
     try:
         rc.rounds.anchor()
@@ -201,6 +206,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         measure=measure_ctx,
     )
     rc.book.once(Keys.RUN, run_record(rc))
+    write_contract_snapshot(cfg.run_dir, contract)
     return rc
 
 
@@ -280,13 +286,26 @@ def guarded_config(
 
 
 def execute_run(
-    loaded: LoadedContract, root: Path, run_id: str, replicate: int | None, out: Console, err: Console
+    loaded: LoadedContract,
+    root: Path,
+    run_id: str,
+    replicate: int | None,
+    out: Console,
+    err: Console,
+    on_event: Callable[[str], None] | None = None,
 ) -> int:
-    """The whole `sil run` command; returns its exit code."""
+    """The whole `sil run` command; returns its exit code. Refusals leave no run folder."""
     run_dir = root / RUNS / run_id
+    refusals = run_refusals(loaded, root)
+    if refusals:
+        for item in refusals:
+            err.print(f"[bold red]refused:[/] {escape(item.detail)}")
+        err.print("nothing was started; `sil check` lists every start-time check")
+        return ExitCode.REFUSED
     try:
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
-        cfg = guarded_config(loaded, root, run_dir, lambda line: err.print(line, highlight=False), replicate)
+        emit = on_event or (lambda line: err.print(escape(line), highlight=False))
+        cfg = guarded_config(loaded, root, run_dir, emit, replicate)
         with run_lock(run_dir), policy_lock(root / POLICIES):
             stored = RunState.load(run_dir)
             if stored is not None and stored.phase == "done":
@@ -301,10 +320,10 @@ def execute_run(
             out.print(f"ledger: {run_dir / 'ledger.jsonl'}  (verify: sil ledger verify {run_id})")
             return ExitCode.HALTED if rc.state.phase == "halted" else ExitCode.OK
     except LockedError as ex:
-        err.print(f"[bold red]locked:[/] {ex}")
+        err.print(f"[bold red]locked:[/] {escape(str(ex))}")
         return ExitCode.LOCKED
     except (ApprovalError, PolicyError, prepare.MeasurementError, measure.MeasurementChanged, Refused) as ex:
-        err.print(f"[bold red]refused:[/] {ex}")
+        err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
 
 

@@ -153,12 +153,17 @@ def approve(
         approved_at=now,
         expires_at=now + timedelta(hours=expires_in_hours),
     )
+    path = approval_path(approval.contract_hash, repo_root, state_dir)
+    if key is None and _is_signed(path):
+        raise ApprovalError(
+            f"{path} holds a signed approval of this contract; an unsigned one never replaces it. "
+            "Sign the new approval with --key, or remove that file by hand if you mean to withdraw it"
+        )
     if key is not None:
         approval = _signed(approval, Signer(Path(key).expanduser(), approver))
         trusted = resolve_allowed_signers(allowed_signers, Path(repo_root) / ALLOWED_SIGNERS_DEFAULT)
         if trusted is not None:
             _check_signature(approval, trusted)
-    path = approval_path(approval.contract_hash, repo_root, state_dir)
     atomic_write_bytes(path, (approval.model_dump_json(indent=2) + "\n").encode())
     return approval
 
@@ -168,6 +173,13 @@ def _check_lineage(contract: Contract, repo_root: Path) -> None:
         check_lineage(contract, repo_root)
     except LineageError as ex:
         raise ApprovalError(str(ex)) from None
+
+
+def _is_signed(path: Path) -> bool:
+    try:
+        return Approval.model_validate_json(path.read_bytes()).signature is not None
+    except (OSError, ValidationError):
+        return False
 
 
 def _signed(approval: Approval, signer: Signer) -> Approval:

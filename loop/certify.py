@@ -10,11 +10,14 @@ re-measured (`final_check_rounds`), for the summary.
 
 from __future__ import annotations
 
+import fitness
 from gate import GateDecision
 from loop.context import RunContext
 from loop.judges import certify
-from loop.records import CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
+from loop.records import CertifyLeg, CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
 from loop.runstate import ArmState, RoundKind
+
+INTERVAL_LEVEL = 0.9
 
 
 def final_phase(rc: RunContext) -> None:
@@ -62,6 +65,29 @@ def final_rounds(rc: RunContext, arm: ArmState, looks: int, certifying: bool) ->
     return decision
 
 
+def certify_legs(arm: ArmState, decision: GateDecision | None) -> list[CertifyLeg]:
+    """Each leg's estimate, 90% interval over the certification rounds, statistic and boundary."""
+    legs = []
+    for leg in decision.legs if decision is not None else []:
+        ci = (
+            fitness.interval(arm.final_rounds, leg.dim, INTERVAL_LEVEL)
+            if arm.final_rounds and leg.dim in arm.final_rounds[0].diff
+            else None
+        )
+        legs.append(
+            CertifyLeg(
+                dim=leg.dim,
+                kind=leg.kind,
+                estimate=leg.estimate,
+                interval=None if ci is None else (ci[1], ci[2]),
+                statistic=leg.statistic,
+                boundary=leg.boundary,
+                passed=leg.passed,
+            )
+        )
+    return legs
+
+
 def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> None:
     """A champion that is not certified is rolled back to the starting policy."""
     champion, origin = arm.champion, rc.state.origin
@@ -76,6 +102,8 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> No
             certified=certified,
             rounds=len(arm.final_rounds),
             decision=decision,
+            reason=decision.reason if decision is not None else "the budget ran out before the certification decided",
+            legs=certify_legs(arm, decision),
         ),
     )
     if certified:

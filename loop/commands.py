@@ -6,64 +6,66 @@ train.execute_run.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 import prepare
-from loop.approval import ApprovalError, frozen_measurement_hash, require_approval
+from loop.approval import ApprovalError, frozen_measurement_hash
 from loop.backends import make_backend
 from loop.contract import LoadedContract
 from loop.errors import ExitCode, Halt, Refused
 from loop.locks import LockedError, policy_lock, run_lock
-from loop.policystore import read_policy_dir
-from loop.release import promote_to_user
+from loop.release import champion_diff, promote_to_user, promotion_risks
 from loop.replication import replicate
 from loop.runstate import RunState
+from loop.startchecks import planned_audits, start_checks
 from sil_policy import PolicyError
 from train import POLICIES, check_same_run, guarded_config, open_run
 
-PREFLIGHT_AUDITS = 1
-
 
 def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str:
-    """The planned audits and the worst-case cost, with no model call."""
+    """Every audit the run can make, and the worst-case cost, with no model call."""
     c = loaded.contract
     b = c.budget
     k = replicate_k or c.promotion.replicate_k
     backend = make_backend(c.backend)
     seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
-    worst = (b.max_audits + PREFLIGHT_AUDITS) * backend.audit_cost_bound(c, seeds)
+    plan = planned_audits(c)
+    worst = plan.total * backend.audit_cost_bound(c, seeds)
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
             f"{'offline' if c.offline else 'REAL MODEL CALLS'}",
-            f"baseline: {c.promotion.baseline_k} audits; never arm: {c.promotion.calibration_pairs} A/A pairs",
-            "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in b.arm_audits.items()),
+            f"preflight: {plan.preflight} audit; baseline: {plan.baseline} audits; "
+            f"never arm: {c.promotion.calibration_pairs} A/A pairs",
+            "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in plan.arms.items()),
             f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
+            f"final: certification of the gate champion up to {plan.certification} audits; "
+            f"final check of the random champion up to {plan.final_checks} audits",
+            f"audits the run can make: {plan.total} (hard limit {b.max_audits} + preflight)",
             f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
             f"worst-case cost at the audit limit: ${worst:.2f} ({backend.note}); no model call was made",
         ]
     )
 
 
-def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console) -> int:
-    c = loaded.contract
-    try:
-        manifest = prepare.verify(root / c.measurement.seed_library, c.measurement.manifest_hash)
-        policy_set, _ = read_policy_dir(root / POLICIES)
-    except (prepare.MeasurementError, PolicyError) as ex:
-        err.print(f"[bold red]check failed:[/] {ex}")
-        return ExitCode.FAILED
-    out.print(f"contract {c.contract_id}: ok (hash {c.contract_hash[:12]})")
-    out.print(f"measurement: ok ({len(manifest.files)} files, {manifest.manifest_hash[:12]})")
-    out.print(f"policies: ok (set {policy_set.set_id})")
-    if not c.offline:
-        try:
-            require_approval(c, root)
-            out.print("approval: valid")
-        except ApprovalError as ex:
-            out.print(f"approval: missing or invalid — {ex}")
+def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console, as_json: bool = False) -> int:
+    """Print every start-time check of `sil run`: exit 1 if the measurement or policies fail, 2 if refused."""
+    report = start_checks(loaded, root)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=1) + "\n")
+    for item in [] if as_json else report.items:
+        colour = {"ok": "green", "warn": "yellow", "fail": "bold red"}[item.status]
+        line = f"[{colour}]{item.status:>4}[/] {item.name}: {escape(item.detail)}"
+        (err if item.status == "fail" else out).print(line, highlight=False)
+    if not report.ok:
+        if not as_json:
+            err.print(f"check failed: {len(report.failures)} of {len(report.items)} checks; `sil run` would refuse")
+        broken = any(i.name in ("measurement", "policies") for i in report.failures)
+        return ExitCode.FAILED if broken else ExitCode.REFUSED
     return ExitCode.OK
 
 
@@ -90,13 +92,13 @@ def replicate_keep(
                 raise Refused(f"{ex}; pass the run's own contract with --contract") from None
             result = replicate(rc, mutation_id, arm, k)
     except LockedError as ex:
-        err.print(f"[bold red]locked:[/] {ex}")
+        err.print(f"[bold red]locked:[/] {escape(str(ex))}")
         return ExitCode.LOCKED
     except (ApprovalError, Refused, PolicyError) as ex:
-        err.print(f"[bold red]refused:[/] {ex}")
+        err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
     except Halt as ex:
-        err.print(f"[bold red]stopped:[/] {ex}")
+        err.print(f"[bold red]stopped:[/] {escape(str(ex))} — fix the cause, then run the same command again")
         return ExitCode.HALTED
     ti = "—" if result.target_interval is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*result.target_interval)
     verdict = "DEMOTED" if result.demoted else "holds"
@@ -108,16 +110,26 @@ def replicate_keep(
     return ExitCode.OK
 
 
-def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Console) -> int:
-    """Copy an arm's champion into state/policies, if those files are still the run's origin."""
+def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Console, force: bool = False) -> int:
+    """Copy an arm's champion into state/policies, if those files are still the run's origin.
+
+    A control arm's or an uncertified champion is refused unless `force`; the diff is shown first.
+    """
     try:
         with run_lock(run_dir), policy_lock(root / POLICIES):
+            risks = promotion_risks(run_dir, arm)
+            diff = champion_diff(run_dir, root / POLICIES, arm)
+            out.print(escape(diff) if diff else "(no difference from state/policies)", highlight=False)
+            if risks and not force:
+                raise Refused("; ".join(risks) + ". Nothing was copied; pass --force to promote it anyway")
+            for risk in risks:
+                err.print(f"[yellow]warning (--force):[/] {escape(risk)}")
             message = promote_to_user(run_dir, root / POLICIES, arm)
     except LockedError as ex:
-        err.print(f"[bold red]locked:[/] {ex}")
+        err.print(f"[bold red]locked:[/] {escape(str(ex))}")
         return ExitCode.LOCKED
     except (Refused, PolicyError) as ex:
-        err.print(f"[bold red]refused:[/] {ex}")
+        err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
-    out.print(message)
+    out.print(escape(message), highlight=False)
     return ExitCode.OK

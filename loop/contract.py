@@ -297,7 +297,7 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     if len(front) > MAX_FRONT_MATTER:
         raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")
     try:
-        data = load_strict(front)
+        data = load_strict("\n" + front)  # line 1 is the opening '---': YAML lines are file lines
     except DuplicateYamlKey as ex:
         raise ContractError(str(ex)) from None
     except yaml.YAMLError as ex:

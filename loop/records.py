@@ -142,6 +142,18 @@ class PolicyChangeRecord(Payload):
     commit: str | None = None  # the candidate's git commit (loop/policyrefs.py), when recorded
 
 
+class CertifyLeg(BaseModel):
+    """One leg of the certification in a reviewer's terms (Δ = champion − start, lower is better)."""
+
+    dim: str
+    kind: str
+    estimate: float | None
+    interval: tuple[float, float] | None  # 90% t-interval over the certification rounds
+    statistic: float | None
+    boundary: float | None
+    passed: bool | None
+
+
 class CertifyRecord(Payload):
     arm: str
     policy_set: str
@@ -149,6 +161,8 @@ class CertifyRecord(Payload):
     certified: bool
     rounds: int
     decision: GateDecision | None  # each leg's estimate, statistic and boundary at the last look
+    reason: str = ""  # the decision in words (why certified or not)
+    legs: list[CertifyLeg] = []
 
 
 class DemoteRecord(Payload):

@@ -4,14 +4,17 @@ Only if those files are still the run's starting policy; the copy is recorded in
 ledger with the run's own offline/simulated flags, and re-read to prove it landed. Keeping
 a champion locally is not a merge or a release: the operator commits it.
 
+    problems = promotion_risks(run_dir, "gate")        # refuse unless --force when non-empty
+    print(champion_diff(run_dir, Path("state/policies"), "gate"))
     message = promote_to_user(run_dir, Path("state/policies"), "gate")
 """
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
-from ledger import Ledger, RecordBook
+from ledger import Ledger, RecordBook, read_records
 from loop.errors import Refused
 from loop.fsutil import atomic_write_bytes
 from loop.policystore import PolicyStore, read_policy_dir
@@ -43,4 +46,48 @@ def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
     if read_policy_dir(policy_dir)[0] != champion:
         raise Refused("the copied files do not match the champion; check the disk")
     book.once(key, UserPromoteRecord(arm=arm_name, policy_set=champion.set_id, to=str(policy_dir)))
-    return f"copied the {arm_name} champion {champion.set_id} into {policy_dir} (commit it yourself to release it)"
+    return (
+        f"copied the {arm_name} champion {champion.set_id} into {policy_dir}; release it with: "
+        f"git add {policy_dir} && git commit -m 'Promote {arm_name} champion {champion.set_id} of run {state.run_id}'"
+    )
+
+
+CONTROL_ARMS = {
+    "never": "the never arm is the unchanged control: it has no champion of its own to promote",
+    "random": "the random arm is the coin-flip negative control: its champion was kept by chance, not by evidence",
+}
+
+
+def promotion_risks(run_dir: Path, arm_name: str) -> list[str]:
+    """Why promoting this arm's champion is risky; empty when it is a certified gate champion."""
+    state = RunState.load(run_dir)
+    if state is None or arm_name not in state.arms:
+        raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
+    risks = [CONTROL_ARMS[arm_name]] if arm_name in CONTROL_ARMS else []
+    champion = state.arms[arm_name].champion
+    if champion == state.origin:
+        return risks
+    certified = any(
+        r.type == "certify" and r.payload["policy_set"] == champion.set_id and r.payload["certified"]
+        for r in read_records(run_dir / "ledger.jsonl")
+    )
+    if not certified:
+        risks.append(f"champion {champion.set_id} was not certified against the starting policy")
+    return risks
+
+
+def champion_diff(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
+    """Unified diff from the current policy files to the arm's champion."""
+    state = RunState.load(run_dir)
+    if state is None or arm_name not in state.arms:
+        raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
+    folder = PolicyStore(run_dir).set_dir(state.arms[arm_name].champion)
+    lines: list[str] = []
+    for spec in SURFACES.values():
+        cur = policy_dir / spec.filename
+        old = cur.read_text(encoding="utf-8").splitlines() if cur.exists() else []
+        new = (folder / spec.filename).read_text(encoding="utf-8").splitlines()
+        lines += difflib.unified_diff(
+            old, new, f"{policy_dir}/{spec.filename}", f"champion/{spec.filename}", lineterm=""
+        )
+    return "\n".join(lines)

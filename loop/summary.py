@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import fitness
@@ -194,5 +195,10 @@ def render(s: Summary, console: Console) -> None:
         f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
     )
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
+    console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
     if s.halt_reason:
-        console.print(f"[bold red]HALTED:[/] {s.halt_reason}")
+        console.print(f"[bold red]HALTED:[/] {escape(s.halt_reason)}")
+        console.print(
+            "next: fix the cause above, then run the same `sil run` command again; it resumes from the "
+            "recorded state and repeats no finished audit (`sil status` shows where it stands)"
+        )

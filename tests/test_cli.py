@@ -160,10 +160,10 @@ def test_promote_is_explicit_and_refuses_a_changed_tree(done, in_dir, tmp_path) 
     policies = copy / "state" / "policies"
     before = {p.name: p.read_bytes() for p in policies.iterdir()}
     (policies / "reflection.json").write_bytes(before["reflection.json"] + b" ")
-    refused = invoke("promote", "t1", "--arm", "random")
+    refused = invoke("promote", "t1", "--arm", "random", "--force")
     assert refused.exit_code == 2 and "changed since the run started" in refused.output
     (policies / "reflection.json").write_bytes(before["reflection.json"])
-    result = invoke("promote", "t1", "--arm", "random")
+    result = invoke("promote", "t1", "--arm", "random", "--force")
     assert result.exit_code == 0, result.output
     after = {p.name: p.read_bytes() for p in policies.iterdir()}
     assert after != before or "already holds" in result.output

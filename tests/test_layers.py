@@ -73,6 +73,15 @@ LAYERS: dict[str, int | str] = {
     "loop.release": 3,
     "loop.review": 3,
     "loop.canary": 3,
+    "loop.startchecks": 3,
+    "loop.runview": 3,
+    "loop.status": 3,
+    "loop.progress": 3,
+    "loop.report": 3,
+    "loop.reportplots": 3,
+    "loop.reportrender": 3,
+    "loop.compare": 3,
+    "loop.export": 3,
     # L4
     "train": 4,
     # L5
