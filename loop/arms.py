@@ -20,16 +20,20 @@ import numpy as np
 from gate import should_promote
 from loop.context import RunContext
 from loop.errors import Halt
+from loop.evidence import build_context, check_citation, observed_effect
 from loop.faults import crashpoint
 from loop.judges import ArmBudget, Judge, Outcome, judge_for
 from loop.mutation import MutationError, apply_mutation
-from loop.proposers import ProposalRequest, Proposer, make_proposer
+from loop.proposers import Proposal, ProposalRequest, Proposer, make_proposer
 from loop.records import (
+    EffectRecord,
     IntentRecord,
     Keys,
     MutationRecord,
+    MutatorCallRecord,
     NoiseRecord,
     PolicyChangeRecord,
+    ProposerGapRecord,
     RoundRecord,
     VerdictRecord,
 )
@@ -135,6 +139,9 @@ class CandidateArm:
             for m in rc.book.payloads("mutation", MutationRecord)
             if m.arm == self.name and m.index < index
         }
+        context = None
+        if getattr(self.proposer, "reads_evidence", False):
+            context = build_context(rc.book, rc.run_dir, self.name, arm.champion.set_id, rc.contract)
         rng = np.random.default_rng([rc.contract.seed, ARM_ORDER.index(self.name), index])
         proposal = self.proposer.propose(
             ProposalRequest(
@@ -144,13 +151,26 @@ class CandidateArm:
                 index,
                 rc.contract.seed,
                 arm=self.name,
+                context=context,
                 spend=rc.rounds.usd_left,
                 work_dir=rc.run_dir / "mutator",
             )
         )
         mutation = proposal.mutation
+        if context is not None and mutation is not None:
+            # The loop's own check, independent of the proposer: evidence must be this run's.
+            bad = [why for item in mutation.evidence if (why := check_citation(item, context))]
+            if bad:
+                proposal = Proposal(
+                    calls=proposal.calls, gap=f"fabricated evidence rejected before any audit: {bad[0]}"
+                )
+                mutation = None
+        self.record_calls(arm, index, proposal)
         if proposal.gap is not None:
-            self.proposer_gap(arm, proposal.gap)
+            self.proposer_gap(arm, index, proposal)
+            return
+        if proposal.stop is not None:
+            arm.done, arm.stop_reason = True, proposal.stop
             return
         if mutation is None:
             arm.done, arm.stop_reason = True, "the proposer has nothing left to try"
@@ -168,8 +188,39 @@ class CandidateArm:
         crashpoint("propose.after_save")
         rc.emit(f"{self.name}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
 
-    def proposer_gap(self, arm: ArmState, reason: str) -> None:
+    def record_calls(self, arm: ArmState, index: int, proposal: Proposal) -> None:
+        """One ledger record per mutator call, charged to the run's USD budget."""
+        rc = self.rc
+        last = len(proposal.calls) - 1
+        for n, call in enumerate(proposal.calls):
+            final = n == last and proposal.mutation is not None and proposal.gap is None
+            rec = MutatorCallRecord(
+                arm=self.name,
+                index=index,
+                attempt=arm.proposer_gaps,
+                call=n,
+                **call.model_dump(),
+                mutation_id=proposal.mutation.mutation_id if final and proposal.mutation else None,
+                citations=list(proposal.mutation.evidence) if final and proposal.mutation else [],
+            )
+            if rc.book.once(Keys.mutator_call(self.name, index, arm.proposer_gaps, n), rec) is not None:
+                rc.state.usd += call.usd
+                rc.state.mutator_usd = rc.state.mutator_usd + call.usd
+
+    def proposer_gap(self, arm: ArmState, index: int, proposal: Proposal) -> None:
         """The proposer tried and produced nothing usable; a run of such gaps halts the run."""
+        reason = proposal.gap or "no usable proposal"
+        self.rc.book.once(
+            Keys.proposer_gap(self.name, index, arm.proposer_gaps),
+            ProposerGapRecord(
+                arm=self.name,
+                index=index,
+                attempt=arm.proposer_gaps,
+                reason=reason[:2000],
+                calls=len(proposal.calls),
+                usd=round(sum(c.usd for c in proposal.calls), 6),
+            ),
+        )
         arm.proposer_gaps += 1
         self.rc.emit(f"  {self.name}: proposer gap: {reason}")
         if arm.proposer_gaps >= self.rc.contract.stop.max_consecutive_gaps:
@@ -272,11 +323,35 @@ class CandidateArm:
                 decision=outcome.decision,
             ),
         )
+        self.record_effect(p)
         crashpoint("verdict.before_save")
         rc.save()
         crashpoint("verdict.before_anchor")
         rc.rounds.anchor()
         rc.emit(f"  {self.name} {p.mutation.mutation_id}: {p.verdict.upper()} — {outcome.reason}")
+
+    def record_effect(self, p: Pending) -> None:
+        """The observed paired effect next to the expected one: the next proposal sees both."""
+        rc, m = self.rc, p.mutation
+        diffs = [
+            r.diff
+            for r in rc.book.payloads("round", RoundRecord)
+            if r.arm == self.name and r.mutation_id == m.mutation_id and r.gap_reason is None
+        ]
+        sigma = rc.state.shared.pool.estimate().sigma
+        rc.book.once(
+            Keys.candidate(self.name, m.mutation_id),
+            EffectRecord(
+                arm=self.name,
+                mutation_id=m.mutation_id,
+                surface=m.surface,
+                path=m.path,
+                verdict=p.verdict or "revert",
+                expected=dict(m.expected_effect),
+                observed=observed_effect(diffs, sigma),
+                rounds=len(diffs),
+            ),
+        )
 
     # ---- settle --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from loop.contract import LoadedContract
 from loop.errors import ExitCode, Halt, Refused
 from loop.locks import LockedError, policy_lock, run_lock
 from loop.policystore import read_policy_dir
+from loop.proposers.llm import worst_case_cost as mutator_worst_case
 from loop.release import promote_to_user
 from loop.replication import replicate
 from loop.runstate import RunState
@@ -34,6 +35,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     backend = make_backend(c.backend)
     seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
     worst = (b.max_audits + PREFLIGHT_AUDITS) * backend.audit_cost_bound(c, seeds)
+    mutator_calls, mutator_usd = mutator_worst_case(c)
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
@@ -42,7 +44,10 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in b.arm_audits.items()),
             f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
             f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
-            f"worst-case cost at the audit limit: ${worst:.2f} ({backend.note}); no model call was made",
+            f"mutator {c.models.mutator.model}: at most {mutator_calls} calls, worst case ${mutator_usd:.2f}"
+            + ("" if c.models.mutator.price or c.models.mutator.offline else " (unpriced)"),
+            f"worst-case cost at the audit limit: ${worst:.2f} audits + ${mutator_usd:.2f} mutator "
+            f"({backend.note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
         ]
     )
 

@@ -208,6 +208,8 @@ def _changed_contracts(contract: Contract):
 COUPLED = {("backend",), ("sim",)}
 # No other value validates: Literal[True], and judge re-sampling is not available for petri.
 FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples")}
+# Only for the offline catalogue mutator; and `bound` hashes are computed (tested in test_contract).
+COUPLED |= {("mutator", "catalogue"), ("bound", "programme")}
 
 
 def test_every_contract_field_invalidates(env) -> None:

@@ -25,6 +25,7 @@ import prepare
 from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence, Usage
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
+from sil_runtime.sim.mechanisms import highlights, mechanism_field
 from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World, keyed_rng
 
@@ -85,20 +86,26 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
     except ValueError as ex:
         raise BadInput(str(ex)) from None
     theta = latent_field(policies.documents, dims, target, critical, len(seeds), params)
+    seed_ids = [seed.id for seed in seeds]
+    notes_per_seed: list[list] = [[] for _ in seeds]
+    if params.landscape == "mechanisms":
+        theta = theta + mechanism_field(policies.documents, dims, seed_ids, params)
+        notes_per_seed = highlights(policies.documents, dims, seed_ids, params, args.audit_id)
     scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)
     samples = [
         SampleEvidence(
             seed_id=seed.id,
             scores={d: (None if math.isnan(v) else float(v)) for d, v in zip(dims, row, strict=True)},
             policy_hashes=dict(policies.hashes),
+            highlights=notes,
         )
-        for seed, row in zip(seeds, scores, strict=True)
+        for seed, row, notes in zip(seeds, scores, notes_per_seed, strict=True)
     ]
     dropped = [d for d, col in zip(dims, scores.T, strict=True) if np.isnan(col).all()]
     notes = [
         SIMULATED_NOTE,
         f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
-        f"landscape_seed {params.landscape_seed}",
+        f"landscape {params.landscape}, landscape_seed {params.landscape_seed}",
         *policies.warnings,
     ]
     if dropped:

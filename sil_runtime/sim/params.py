@@ -6,7 +6,7 @@ so the simulated runtime never imports loop code. loop/contract.py embeds it in 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,3 +38,7 @@ class SimParams(BaseModel):
     p_crash: Annotated[float, Field(ge=0, le=1)] = 0.01
     seconds_per_audit: Annotated[float, Field(ge=0)] = 0.0
     landscape_target: str = "broken_tool_use"
+    # hashed: every edit's effect is a hash of its text (no proposer can beat chance);
+    # mechanisms: hidden per-seed failure mechanisms that the right text fixes (mechanisms.py)
+    landscape: Literal["hashed", "mechanisms"] = "hashed"
+    mechanism_scale: Annotated[float, Field(ge=0)] = 1.0  # multiplies every mechanism's benefit
