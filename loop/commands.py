@@ -44,10 +44,14 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in b.arm_audits.items()),
             f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
             f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
-            f"mutator {c.models.mutator.model}: at most {mutator_calls} calls, worst case ${mutator_usd:.2f}"
-            + ("" if c.models.mutator.price or c.models.mutator.offline else " (unpriced)"),
-            f"worst-case cost at the audit limit: ${worst:.2f} audits + ${mutator_usd:.2f} mutator "
-            f"({backend.note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
+            (
+                f"mutator {c.models.mutator.model}: offline, no cost"
+                if c.models.mutator.offline
+                else f"mutator {c.models.mutator.model}: at most {mutator_calls} calls, worst case ${mutator_usd:.2f}"
+            ),
+            f"worst-case cost at the audit limit: ${worst:.2f}"
+            + (f" + ${mutator_usd:.2f} for the mutator" if mutator_usd else "")
+            + f" ({backend.note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
         ]
     )
 

@@ -278,3 +278,23 @@ def test_fabricated_evidence_is_rejected_before_any_audit(workspace: Path) -> No
     assert len(gaps) == 3 and all("never-happened" in g.reason for g in gaps)
     assert not rc.book.of_type("mutation")  # nothing was applied or audited as a candidate
     assert len(rc.book.of_type("mutator_call")) == 3 * 3
+
+
+def test_a_real_mutator_is_checked_priced_and_refused_without_approval(workspace, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from loop.cli import app
+
+    monkeypatch.chdir(workspace)
+    monkeypatch.setenv("INSPECT_DISABLE_MODEL_API", "1")
+    text = EXAMPLE.read_text().replace("model: scripted/mutator}", "model: anthropic/claude-sonnet-4-5" + PRICED + "}")
+    (workspace / "real.md").write_text(text.replace("max_usd: 0", "max_usd: 5"))
+    run = CliRunner()
+    check = run.invoke(app, ["check", "--contract", "real.md"], catch_exceptions=False)
+    assert check.exit_code == 0 and "approval: missing" in check.output, check.output
+    dry = run.invoke(app, ["run", "--contract", "real.md", "--dry-run"], catch_exceptions=False)
+    assert dry.exit_code == 0 and "REAL MODEL CALLS" in dry.output, dry.output
+    assert "mutator anthropic/claude-sonnet-4-5: at most" in dry.output and "for the mutator" in dry.output
+    refused = run.invoke(app, ["run", "--contract", "real.md"], catch_exceptions=False)
+    assert refused.exit_code == 2 and "approv" in refused.output
+    assert not (workspace / "state" / "runs").exists()

@@ -89,7 +89,7 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
     seed_ids = [seed.id for seed in seeds]
     notes_per_seed: list[list] = [[] for _ in seeds]
     if params.landscape == "mechanisms":
-        theta = theta + mechanism_field(policies.documents, dims, seed_ids, params)
+        theta = params.hashed_scale * theta + mechanism_field(policies.documents, dims, seed_ids, params)
         notes_per_seed = highlights(policies.documents, dims, seed_ids, params, args.audit_id)
     scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)
     samples = [

@@ -41,4 +41,5 @@ class SimParams(BaseModel):
     # hashed: every edit's effect is a hash of its text (no proposer can beat chance);
     # mechanisms: hidden per-seed failure mechanisms that the right text fixes (mechanisms.py)
     landscape: Literal["hashed", "mechanisms"] = "hashed"
-    mechanism_scale: Annotated[float, Field(ge=0)] = 1.0  # multiplies every mechanism's benefit
+    mechanism_scale: Annotated[float, Field(ge=0)] = 1.0  # multiplies every mechanism's cost (and so a fix's benefit)
+    hashed_scale: Annotated[float, Field(ge=0)] = 1.0  # mechanisms world: weight of each edit's random component
