@@ -228,7 +228,9 @@ def test_target_dimensions_weight_the_draw(defaults):
 
 
 def contract_with_mutator(model: str):
-    text = (ROOT / "program.md").read_text().replace("offline/catalogue", model)
+    import re
+
+    text = re.sub(r"(?m)^  mutator: \{model: [^}]*\}", f"  mutator: {{model: {model}}}", (ROOT / "program.md").read_text())
     return parse_contract(text)
 
 
