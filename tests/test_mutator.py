@@ -230,7 +230,9 @@ def test_target_dimensions_weight_the_draw(defaults):
 def contract_with_mutator(model: str):
     import re
 
-    text = re.sub(r"(?m)^  mutator: \{model: [^}]*\}", f"  mutator: {{model: {model}}}", (ROOT / "program.md").read_text())
+    text = re.sub(
+        r"(?m)^  mutator: \{model: [^}]*\}", f"  mutator: {{model: {model}}}", (ROOT / "program.md").read_text()
+    )
     return parse_contract(text)
 
 
