@@ -298,3 +298,27 @@ def test_a_real_mutator_is_checked_priced_and_refused_without_approval(workspace
     refused = run.invoke(app, ["run", "--contract", "real.md"], catch_exceptions=False)
     assert refused.exit_code == 2 and "approv" in refused.output
     assert not (workspace / "state" / "runs").exists()
+
+
+def test_a_user_catalogue_named_in_the_contract_is_used_and_hashed(tmp_path, champion) -> None:
+    from loop.proposers.catalogue import CatalogueProposer
+
+    edit = (
+        "- id: my-edit\n  surface: wrapper_prompt\n  path: sections.role\n  value: You help customers of a bike shop.\n"
+        "  hypothesis: h\n  evidence: ['seed:order_tool_error']\n  expected_effect: {broken_tool_use: -0.1}\n"
+        "  rollback: r\n"
+    )
+    (tmp_path / "mine.yaml").write_text(edit)
+    text = EXAMPLE.read_text().replace("model: scripted/mutator}", "model: offline/catalogue}")
+    text = text.replace("  axis_guard: 3 ", "  catalogue: mine.yaml\n  axis_guard: 3 ")
+    (tmp_path / "c.md").write_text(text)
+    from loop.contract import load_contract
+
+    lc = load_contract(tmp_path / "c.md")
+    proposer = make_proposer(lc)
+    assert isinstance(proposer, CatalogueProposer) and [e.id for e in proposer.catalogue] == ["my-edit"]
+    m = proposer.propose(request(champion, None)).mutation
+    assert m is not None and m.value == "You help customers of a bike shop."
+    before = lc.contract.contract_hash
+    (tmp_path / "mine.yaml").write_text(edit.replace("bike", "book"))
+    assert load_contract(tmp_path / "c.md").contract.contract_hash != before
