@@ -393,6 +393,23 @@ def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
     }
 
 
+def paired_difference(per_run: list[dict[str, RunResult]], a: str, b: str) -> tuple[float, float]:
+    """Mean and SE of a's final true target change minus b's, paired by world (same run)."""
+    d = np.array([r[a].final_target - r[b].final_target for r in per_run])
+    return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+
+
+def differences(per_run: list[dict[str, RunResult]], names: Sequence[str]) -> list[str]:
+    if "catalogue" not in names:
+        return []
+    out = []
+    for name in names:
+        if name != "catalogue":
+            mean, se = paired_difference(per_run, name, "catalogue")
+            out.append(f"- {name} - catalogue (paired by world): {mean:+.3f} ± {se:.3f} (SE)")
+    return out
+
+
 def format_md(rows: list[dict], args: argparse.Namespace, seconds: float) -> str:
     head = (
         f"# Proposer benchmark (simulated mechanisms world)\n\n"
@@ -445,7 +462,7 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
             indent=1,
         )
     )
-    text = format_md(rows, args, seconds)
+    text = format_md(rows, args, seconds) + "\n" + "\n".join(differences(per_run, names)) + "\n"
     (args.out / "proposers.md").write_text(text)
     progress(text)
     return rows
