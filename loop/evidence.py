@@ -180,9 +180,10 @@ def _petri_details(rec: AuditRecord) -> dict[str, tuple[list[Highlight], str | N
         notes: list[Highlight] = []
         for score in (sample.scores or {}).values():
             if score.explanation:
-                dims = sorted(score.value) if isinstance(score.value, dict) else []
-                worst = max(dims, key=lambda d: score.value[d], default="concerning")  # type: ignore[index]
-                notes.append(Highlight(dimension=worst, text=_clip(score.explanation)))
+                values = score.value if isinstance(score.value, dict) else {}
+                numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
+                worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
+                notes.append(Highlight(dimension=worst, text=_clip(str(score.explanation))))
         answers = [m for m in sample.messages if m.role == "assistant" and m.text]
         excerpt = _clip(answers[-1].text) if answers else None
         out[str(sample.id)] = (notes, excerpt)
