@@ -4,7 +4,9 @@
 
 Loads all seven policies through the runtime's own loaders (OVERRIDE + STRICT from the
 environment, exactly like a real runtime), scores the frozen seeds with the seeded world and
-landscape, and writes `Evidence` (marked simulated) atomically to `$SIL_AUDIT_DIR/evidence.json`.
+landscape (with `landscape: mechanisms`, also the hidden mechanisms, and the judge's symptom
+highlights per seed), and writes `Evidence` (marked simulated) atomically to
+`$SIL_AUDIT_DIR/evidence.json`.
 Exit codes: 0 evidence written; 2 bad input or a STRICT policy that cannot load (no sample
 ran); 3 a simulated crash (deterministic per audit id, rate `p_crash`), which writes nothing.
 """
