@@ -15,15 +15,14 @@ step is idempotent and a crash anywhere resumes where it stopped.
 
 from __future__ import annotations
 
-import numpy as np
-
 from gate import should_promote
 from loop.context import RunContext
 from loop.errors import Halt
 from loop.faults import crashpoint
 from loop.judges import ArmBudget, Judge, Outcome, judge_for
 from loop.mutation import MutationError, apply_mutation
-from loop.proposers import ProposalRequest, Proposer, make_proposer
+from loop.proposers import Proposer, make_proposer
+from loop.proposing import CandidateSource, record_effect
 from loop.records import (
     IntentRecord,
     Keys,
@@ -34,8 +33,6 @@ from loop.records import (
     VerdictRecord,
 )
 from loop.runstate import ArmState, Pending
-
-ARM_ORDER = ("never", "random", "gate")  # the proposer's rng stream per arm
 
 
 def arm_state(rc: RunContext, name: str) -> ArmState:
@@ -91,6 +88,7 @@ class CandidateArm:
         self.name = name
         self.judge = judge
         self.proposer = proposer
+        self.source = CandidateSource(rc, name, proposer)
 
     def run(self) -> None:
         rc = self.rc
@@ -130,32 +128,9 @@ class CandidateArm:
         rc = self.rc
         champion = rc.store.documents(arm.champion)
         index = arm.candidates
-        tried = {
-            m.mutation.edit_key
-            for m in rc.book.payloads("mutation", MutationRecord)
-            if m.arm == self.name and m.index < index
-        }
-        rng = np.random.default_rng([rc.contract.seed, ARM_ORDER.index(self.name), index])
-        proposal = self.proposer.propose(
-            ProposalRequest(
-                champion,
-                tried,
-                rng,
-                index,
-                rc.contract.seed,
-                arm=self.name,
-                spend=rc.rounds.usd_left,
-                work_dir=rc.run_dir / "mutator",
-            )
-        )
-        mutation = proposal.mutation
-        if proposal.gap is not None:
-            self.proposer_gap(arm, proposal.gap)
-            return
+        mutation = self.source.ask(arm, champion)
         if mutation is None:
-            arm.done, arm.stop_reason = True, "the proposer has nothing left to try"
             return
-        arm.proposer_gaps = 0
         try:
             new_doc = apply_mutation(mutation, champion, rc.contract.search_space.surfaces)
         except MutationError as ex:
@@ -167,13 +142,6 @@ class CandidateArm:
         rc.save()  # the mutation is recorded when applied: a proposal lost to a crash is redone
         crashpoint("propose.after_save")
         rc.emit(f"{self.name}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
-
-    def proposer_gap(self, arm: ArmState, reason: str) -> None:
-        """The proposer tried and produced nothing usable; a run of such gaps halts the run."""
-        arm.proposer_gaps += 1
-        self.rc.emit(f"  {self.name}: proposer gap: {reason}")
-        if arm.proposer_gaps >= self.rc.contract.stop.max_consecutive_gaps:
-            raise Halt(f"{arm.proposer_gaps} consecutive proposer gaps in the {self.name} arm: {reason}")
 
     def apply(self, arm: ArmState) -> None:
         """Write the candidate's surface into the arm's working policy files."""
@@ -272,6 +240,7 @@ class CandidateArm:
                 decision=outcome.decision,
             ),
         )
+        record_effect(rc, self.name, p)
         crashpoint("verdict.before_save")
         rc.save()
         crashpoint("verdict.before_anchor")

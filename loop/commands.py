@@ -18,6 +18,7 @@ from loop.backends import make_backend
 from loop.contract import LoadedContract
 from loop.errors import ExitCode, Halt, Refused
 from loop.locks import LockedError, policy_lock, run_lock
+from loop.proposers.llm import worst_case_cost as mutator_worst_case
 from loop.release import champion_diff, promote_to_user, promotion_risks
 from loop.replication import replicate
 from loop.runstate import RunState
@@ -35,6 +36,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
     plan = planned_audits(c)
     worst = plan.total * backend.audit_cost_bound(c, seeds)
+    mutator_calls, mutator_usd = mutator_worst_case(c)
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
@@ -47,7 +49,14 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             f"final check of the random champion up to {plan.final_checks} audits",
             f"audits the run can make: {plan.total} (hard limit {b.max_audits} + preflight)",
             f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
-            f"worst-case cost at the audit limit: ${worst:.2f} ({backend.note}); no model call was made",
+            (
+                f"mutator {c.models.mutator.model}: offline, no cost"
+                if c.models.mutator.offline
+                else f"mutator {c.models.mutator.model}: at most {mutator_calls} calls, worst case ${mutator_usd:.2f}"
+            ),
+            f"worst-case cost at the audit limit: ${worst:.2f}"
+            + (f" + ${mutator_usd:.2f} for the mutator" if mutator_usd else "")
+            + f" ({backend.note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
         ]
     )
 

@@ -28,6 +28,10 @@ Arm = Literal["never", "random", "gate"]
 OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/")
 
 
+# Versioned mutator prompt templates (loop/proposers/templates/<name>.md): read here only to
+# hash them into the contract, since the template defines what the mutator is asked.
+TEMPLATES_DIR = Path(__file__).resolve().parent / "proposers" / "templates"
+CATALOGUE_MODEL = "offline/catalogue"
 MAX_FRONT_MATTER = 65_536  # characters; a contract is a page of settings, not a data file
 # Controls, format characters (zero-width, bidi overrides), surrogates, private use, unassigned:
 # they let the text an approver reviews differ from what the loop reads.
@@ -176,6 +180,19 @@ class StopRules(_Strict):
     stop_on_uncertain_revert: Literal[True] = True
 
 
+class MutatorSettings(_Strict):
+    """How the mutator is asked: template, retries, search hygiene, size bounds of its input."""
+
+    template: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")] = "mutator-v1"
+    max_retries: Annotated[int, Field(ge=0, le=5)] = 2  # invalid outputs returned to the model
+    axis_guard: Annotated[int, Field(ge=1, le=100)] = 3  # max consecutive candidates on one surface.path
+    max_output_tokens: Annotated[int, Field(ge=256, le=32_000)] = 2_000
+    max_prompt_chars: Annotated[int, Field(ge=4_000, le=400_000)] = 40_000
+    recent_audits: Annotated[int, Field(ge=1, le=50)] = 6  # champion audits shown as evidence
+    # offline/catalogue only: a user catalogue file (relative to the contract's directory)
+    catalogue: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+
+
 class PetriParams(_Strict):
     """Settings of the `petri` backend (Petri's `inspect_petri/audit` task; loop/backends/petri.py)."""
 
@@ -205,6 +222,10 @@ class Contract(_Strict):
     seed: int = 0
     sim: SimParams | None = None
     petri: PetriParams | None = None
+    mutator: MutatorSettings = MutatorSettings()
+    # sha256 of what else defines the run (programme prose, mutator template, catalogue):
+    # filled in by parse_contract (never written in program.md), so part of contract_hash
+    bound: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> Contract:
@@ -250,6 +271,13 @@ class Contract(_Strict):
                 "measurement.canary_max_shift: the judge-drift canary re-judges with the simulated or an offline "
                 "judge only; re-judging with a paid judge is not implemented (its calls would not be budgeted)"
             )
+        if not self.models.mutator.offline and self.models.mutator.price is None:
+            raise ValueError(
+                "models.mutator calls a paid model but has no price: add "
+                "price: {input_per_mtok: ..., output_per_mtok: ...} so its calls can be charged"
+            )
+        if self.mutator.catalogue is not None and self.models.mutator.model != CATALOGUE_MODEL:
+            raise ValueError(f"mutator.catalogue is only for models.mutator.model {CATALOGUE_MODEL!r}")
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self
@@ -257,9 +285,11 @@ class Contract(_Strict):
     @property
     def offline(self) -> bool:
         """True when no role can reach a paid model."""
-        return self.backend == "sim" or all(
-            getattr(self.models, r).offline for r in ("auditor", "target", "judge", "mutator")
+        # the mutator calls its model on any backend; the sim backend's audit roles are simulated
+        audit_roles_offline = self.backend == "sim" or all(
+            getattr(self.models, r).offline for r in ("auditor", "target", "judge")
         )
+        return audit_roles_offline and self.models.mutator.offline
 
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -308,6 +338,11 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
         raise ContractError(f"{path}: front matter has a value that cannot be read: {ex}") from None
     if not isinstance(data, dict):
         raise ContractError(f"{path}: front matter must be a mapping of contract fields")
+    if "bound" in data:
+        raise ContractError(
+            f"{path}: 'bound' is computed when the contract is loaded (hashes of the programme, "
+            "mutator template and catalogue); remove it from the front matter"
+        )
     hidden = _hidden_character(data)
     if hidden:
         raise ContractError(f"{path}: {hidden}")
@@ -315,7 +350,43 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
         contract = Contract.model_validate(data)
     except ValidationError as ex:
         raise ContractError(f"{path}: invalid contract:\n{describe_validation_errors(ex, '(contract)')}") from None
-    return LoadedContract(contract=contract, programme=prose.strip(), path=path)
+    programme = prose.strip()
+    contract = contract.model_copy(update={"bound": _bound_hashes(contract, programme, Path(path))})
+    return LoadedContract(contract=contract, programme=programme, path=path)
+
+
+def _sha256_file(path: Path, what: str) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as ex:
+        raise ContractError(f"cannot read the {what} {path}: {ex.strerror}") from None
+
+
+def template_path(name: str) -> Path:
+    return TEMPLATES_DIR / f"{name}.md"
+
+
+def catalogue_path(contract: Contract, contract_path: Path) -> Path | None:
+    if contract.mutator.catalogue is None:
+        return None
+    return (Path(contract_path).resolve().parent / contract.mutator.catalogue).resolve()
+
+
+def _bound_hashes(contract: Contract, programme: str, path: Path) -> dict[str, str]:
+    """What besides the front matter defines the run, hashed: it enters the contract hash."""
+    out = {"programme": hashlib.sha256(programme.encode()).hexdigest()}
+    if contract.models.mutator.model != CATALOGUE_MODEL:
+        template = template_path(contract.mutator.template)
+        if not template.is_file():
+            raise ContractError(
+                f"{path}: mutator.template {contract.mutator.template!r} does not exist "
+                f"(expected {template}); the templates are in {TEMPLATES_DIR}"
+            )
+        out["mutator_template"] = _sha256_file(template, "mutator template")
+    catalogue = catalogue_path(contract, path)
+    if catalogue is not None:
+        out["catalogue"] = _sha256_file(catalogue, "mutator catalogue")
+    return out
 
 
 def _hidden_character(node: Any, where: str = "(contract)") -> str | None:

@@ -278,6 +278,49 @@ class RepairRecord(Payload):
     torn_tail_sha256: str
 
 
+class MutatorCallRecord(Payload):
+    """One model call of the mutator: what it was asked (hash), what it cost, what came back."""
+
+    arm: str
+    index: int  # the candidate number it proposed for
+    attempt: int  # the proposal attempt at that index (a gap moves to the next)
+    call: int  # the call within the attempt (retries after invalid output)
+    model: str
+    prompt_sha256: str
+    input_tokens: int
+    output_tokens: int
+    usd: float
+    output_sha256: str | None
+    output_file: str | None
+    error: str | None
+    mutation_id: str | None = None  # set on the call whose output became the candidate
+    citations: list[str] = []  # the evidence citations of that output, resolved against this run
+
+
+class ProposerGapRecord(Payload):
+    """The proposer tried and produced no usable mutation (invalid output, fabricated evidence...)."""
+
+    arm: str
+    index: int
+    attempt: int
+    reason: str
+    calls: int
+    usd: float
+
+
+class EffectRecord(Payload):
+    """A decided candidate's observed paired effect next to the effect its mutation expected."""
+
+    arm: str
+    mutation_id: str
+    surface: str
+    path: str
+    verdict: Literal["keep", "revert"]
+    expected: dict[str, float]
+    observed: dict[str, tuple[float, float, float]]  # dim -> (mean, lo90, hi90) of candidate - champion
+    rounds: int
+
+
 class HaltRecord(Payload):
     reason: str
     phase: str | None = None
@@ -313,6 +356,9 @@ RECORD_MODELS: dict[str, type[Payload]] = {
     "recovery": RecoveryRecord,
     "repair": RepairRecord,
     "halt": HaltRecord,
+    "mutator_call": MutatorCallRecord,
+    "proposer_gap": ProposerGapRecord,
+    "effect": EffectRecord,
     "stop": StopRecord,
 }
 RECORD_TYPES = frozenset(RECORD_MODELS)
@@ -386,6 +432,14 @@ class Keys:
     @staticmethod
     def replication(arm: str, mutation_id: str, n: int) -> str:
         return f"{arm}:{mutation_id}:{n}"
+
+    @staticmethod
+    def mutator_call(arm: str, index: int, attempt: int, call: int) -> str:
+        return f"{arm}:{index}:{attempt}:{call}"
+
+    @staticmethod
+    def proposer_gap(arm: str, index: int, attempt: int) -> str:
+        return f"{arm}:{index}:{attempt}"
 
     @staticmethod
     def user_promote(policy_set: str) -> str:

@@ -82,6 +82,7 @@ class RunState(BaseModel):
     audits: int = 0
     gaps: int = 0
     usd: float = 0.0
+    mutator_usd: float = 0.0  # the part of usd the mutator's model calls cost
     elapsed_s: float = 0.0
     planned: PlannedRound | None = None
     baseline: list[str] = []

@@ -51,6 +51,9 @@ class Summary(BaseModel):
     gaps: int
     usd: float
     elapsed_s: float
+    mutator_calls: int = 0
+    mutator_usd: float = 0.0
+    proposer_gaps: int = 0
     alpha_run: float
     alpha_spent: float
     confirmations: int
@@ -122,6 +125,9 @@ def build_summary(
         gaps=state.gaps,
         usd=state.usd,
         elapsed_s=round(state.elapsed_s, 1),
+        mutator_calls=sum(1 for r in records if r.type == "mutator_call"),
+        mutator_usd=round(state.mutator_usd, 6),
+        proposer_gaps=sum(1 for r in records if r.type == "proposer_gap"),
         alpha_run=contract.promotion.alpha_run,
         alpha_spent=budget.spent,
         confirmations=budget.confirmations,
@@ -196,6 +202,11 @@ def render(s: Summary, console: Console) -> None:
     )
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
     console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
+    if s.mutator_calls:
+        console.print(
+            f"mutator: {s.mutator_calls} model calls, USD {s.mutator_usd:.2f} of the total, "
+            f"{s.proposer_gaps} proposer gaps; audits: USD {s.usd - s.mutator_usd:.2f}"
+        )
     if s.halt_reason:
         console.print(f"[bold red]HALTED:[/] {escape(s.halt_reason)}")
         console.print(

@@ -26,6 +26,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Highlight(_Strict):
+    """One passage the judge pointed at: the dimension it bears on, what it says, which message."""
+
+    dimension: str
+    text: str = Field(max_length=500)
+    message: int | None = Field(default=None, ge=0)  # index of the transcript message it quotes
+
+
 class SampleEvidence(_Strict):
     """One seed's transcript outcome as the judge scored it."""
 
@@ -35,6 +43,7 @@ class SampleEvidence(_Strict):
     error: str | None = None
     limit: str | None = None
     transcript_ref: str | None = None
+    highlights: list[Highlight] = []  # the judge's explanations/highlights, when it gave any
 
 
 class Usage(_Strict):

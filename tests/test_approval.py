@@ -213,6 +213,8 @@ COUPLED = {("backend",), ("sim",)}
 # No other value validates: Literal[True]; judge re-sampling is not available for petri, nor is
 # the judge-drift canary with a paid judge.
 FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "judge_resamples"), ("measurement", "canary_max_shift")}
+# Only for the offline catalogue mutator; and `bound` hashes are computed (tested in test_contract).
+COUPLED |= {("mutator", "catalogue"), ("bound", "programme")}
 
 
 def test_every_contract_field_invalidates(env) -> None:

@@ -26,8 +26,11 @@ def test_hash_ignores_formatting_but_not_values() -> None:
     assert parse_contract(reformatted).contract.contract_hash == base
     changed = TEXT.replace("max_turns: 12", "max_turns: 13")
     assert parse_contract(changed).contract.contract_hash != base
+    # The programme is what the mutator reads: changing it changes the run, so the hash.
     prose_only = TEXT.replace("# Research programme", "# Research programme (v2)")
-    assert parse_contract(prose_only).contract.contract_hash == base
+    assert parse_contract(prose_only).contract.contract_hash != base
+    trailing_space = TEXT.rstrip("\n") + "\n\n\n"
+    assert parse_contract(trailing_space).contract.contract_hash == base
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,7 @@ LAYERS: dict[str, int | str] = {
     "loop.journal": 2,
     "loop.proposers": 2,
     "loop.contracts_history": 2,
+    "loop.evidence": 2,
     # L3
     "loop.rounds": 3,
     "loop.context": 3,
@@ -73,6 +74,7 @@ LAYERS: dict[str, int | str] = {
     "loop.release": 3,
     "loop.review": 3,
     "loop.canary": 3,
+    "loop.proposing": 3,
     "loop.startchecks": 3,
     "loop.runview": 3,
     "loop.status": 3,

@@ -228,7 +228,11 @@ def test_target_dimensions_weight_the_draw(defaults):
 
 
 def contract_with_mutator(model: str):
-    text = (ROOT / "program.md").read_text().replace("offline/catalogue", model)
+    import re
+
+    text = re.sub(
+        r"(?m)^  mutator: \{model: [^}]*\}", f"  mutator: {{model: {model}}}", (ROOT / "program.md").read_text()
+    )
     return parse_contract(text)
 
 
@@ -241,8 +245,9 @@ def test_make_proposer_gives_the_catalogue_proposer_for_the_default_contract():
         make_proposer(contract_with_mutator("offline/catalogue").contract)
 
 
-def test_make_proposer_says_llm_proposers_are_not_available_yet():
-    with pytest.raises(ProposerError, match="LLM proposer not available yet"):
-        make_proposer(contract_with_mutator("anthropic/claude-sonnet-4-5"))
+def test_make_proposer_picks_the_llm_mutator_for_any_model_name():
+    from loop.proposers import LLMProposer
+
+    assert isinstance(make_proposer(contract_with_mutator("scripted/mutator")), LLMProposer)
     with pytest.raises(ProposerError, match="unknown offline proposer"):
         make_proposer(contract_with_mutator("offline/other"))

@@ -38,3 +38,8 @@ def test_sil_run_petri_offline_completes_a_small_experiment(tmp_path: Path) -> N
     assert len(audits) >= 6 and all(a["status"] == "ok" and not a["simulated"] for a in audits)
     assert all(a["log_path"].endswith(".eval") and Path(a["log_path"]).is_file() for a in audits)
     assert any(r["type"] == "verdict" for r in records)
+    # the LLM mutator (scripted) proposed from this run's Petri evidence, and said which
+    calls = [r["payload"] for r in records if r["type"] == "mutator_call"]
+    audit_ids = {a["audit_id"] for a in audits}
+    cited = [c for call in calls for c in call["citations"]]
+    assert calls and cited and all(c.split("/")[0].removeprefix("audit:") in audit_ids for c in cited)

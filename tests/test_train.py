@@ -181,11 +181,13 @@ def test_usd_budget_stops_before_it_could_be_exceeded(small: Path) -> None:
 def _gate_arm(rc: RunContext):
     from loop.arms import CandidateArm, arm_state
     from loop.judges import GateJudge
-    from loop.proposers import make_proposer
+    from loop.proposers.catalogue import CatalogueProposer
 
     arm = arm_state(rc, "gate")
     rc.store.init_working("gate", arm.champion)
-    return CandidateArm(rc, "gate", GateJudge(rc.promotion), make_proposer(rc.loaded)), arm
+    # these tests are about settling: a proposer that needs no audit evidence
+    proposer = CatalogueProposer(rc.contract.search_space.surfaces, rc.promotion.target_dimensions)
+    return CandidateArm(rc, "gate", GateJudge(rc.promotion), proposer), arm
 
 
 def test_gate_keep_without_a_passing_confirmation_is_never_promoted(small: Path) -> None:

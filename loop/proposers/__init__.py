@@ -1,4 +1,4 @@
-"""Proposers by mutator model name: the contract's `models.mutator.model` picks one.
+"""Proposers by mutator model name: `offline/catalogue`, or the LLM mutator for any inspect-ai model.
 
 proposer = make_proposer(loaded_contract)       # gets the contract and the programme prose
 mutation = proposer.propose(ProposalRequest(...))
@@ -7,18 +7,31 @@ mutation = proposer.propose(ProposalRequest(...))
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from loop.contract import LoadedContract
+from loop.contract import LoadedContract, catalogue_path
 from loop.proposers.base import MutatorCall, Proposal, ProposalRequest, Proposer, ProposerError
-from loop.proposers.catalogue import OFFLINE_CATALOGUE, CatalogueProposer
+from loop.proposers.catalogue import OFFLINE_CATALOGUE, CatalogueProposer, load_catalogue
+from loop.proposers.llm import LLMProposer
 
-__all__ = ["PROPOSERS", "MutatorCall", "Proposal", "ProposalRequest", "Proposer", "ProposerError", "make_proposer"]
+__all__ = [
+    "PROPOSERS",
+    "LLMProposer",
+    "MutatorCall",
+    "Proposal",
+    "ProposalRequest",
+    "Proposer",
+    "ProposerError",
+    "make_proposer",
+]
 
 
 def _catalogue(loaded: LoadedContract) -> Proposer:
     # The catalogue reads the programme's machine-readable part (the target dimensions).
     c = loaded.contract
-    return CatalogueProposer(c.search_space.surfaces, c.promotion.target_dimensions)
+    path = catalogue_path(c, Path(loaded.path))
+    catalogue = load_catalogue(path) if path is not None else None
+    return CatalogueProposer(c.search_space.surfaces, c.promotion.target_dimensions, catalogue)
 
 
 # Mutator model name -> factory(loaded contract: the contract and its programme prose).
@@ -36,8 +49,8 @@ def make_proposer(loaded: LoadedContract) -> Proposer:
     if factory is not None:
         return factory(loaded)
     if model.startswith("offline/"):
-        raise ProposerError(f"unknown offline proposer {model!r}; available: {', '.join(sorted(PROPOSERS))}")
-    raise ProposerError(
-        f"LLM proposer not available yet: the contract's mutator model is {model!r}. Set "
-        f"models.mutator.model to {OFFLINE_CATALOGUE!r} to use the offline catalogue proposer."
-    )
+        raise ProposerError(
+            f"unknown offline proposer {model!r}; available: {', '.join(sorted(PROPOSERS))}, or an "
+            "inspect-ai model name (e.g. scripted/mutator offline, anthropic/<model>) for the LLM mutator"
+        )
+    return LLMProposer(loaded)  # any inspect-ai model name: scripted/mutator offline, or a real one

@@ -65,10 +65,11 @@ class Proposal(BaseModel):
     mutation: Mutation | None = None
     calls: list[MutatorCall] = []
     gap: str | None = None  # e.g. every retry gave invalid output; the loop records it
+    stop: str | None = None  # the proposer may not go on (e.g. its next call could exceed the budget)
 
     @property
     def exhausted(self) -> bool:
-        return self.mutation is None and self.gap is None
+        return self.mutation is None and self.gap is None and self.stop is None
 
 
 class Proposer(Protocol):

@@ -4,7 +4,9 @@
 
 Loads all seven policies through the runtime's own loaders (OVERRIDE + STRICT from the
 environment, exactly like a real runtime), scores the frozen seeds with the seeded world and
-landscape, and writes `Evidence` (marked simulated) atomically to `$SIL_AUDIT_DIR/evidence.json`.
+landscape (with `landscape: mechanisms`, also the hidden mechanisms, and the judge's symptom
+highlights per seed), and writes `Evidence` (marked simulated) atomically to
+`$SIL_AUDIT_DIR/evidence.json`.
 Exit codes: 0 evidence written; 2 bad input or a STRICT policy that cannot load (no sample
 ran); 3 a simulated crash (deterministic per audit id, rate `p_crash`), which writes nothing.
 """
@@ -25,6 +27,7 @@ import prepare
 from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence, Usage
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
+from sil_runtime.sim.mechanisms import highlights, mechanism_field
 from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World, keyed_rng
 
@@ -86,6 +89,11 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
     except ValueError as ex:
         raise BadInput(str(ex)) from None
     theta = latent_field(policies.documents, dims, target, critical, len(seeds), params)
+    seed_ids = [seed.id for seed in seeds]
+    notes_per_seed: list[list] = [[] for _ in seeds]
+    if params.landscape == "mechanisms":
+        theta = params.hashed_scale * theta + mechanism_field(policies.documents, dims, seed_ids, params)
+        notes_per_seed = highlights(policies.documents, dims, seed_ids, params, args.audit_id)
     scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)
     # The world's latent scale is "higher is worse"; the judge reports a good-high dimension on
     # its rubric's own scale, where a high score is good.
@@ -97,14 +105,15 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
             seed_id=seed.id,
             scores={d: (None if math.isnan(v) else float(v)) for d, v in zip(dims, row, strict=True)},
             policy_hashes=dict(policies.hashes),
+            highlights=notes,
         )
-        for seed, row in zip(seeds, scores, strict=True)
+        for seed, row, notes in zip(seeds, scores, notes_per_seed, strict=True)
     ]
     dropped = [d for d, col in zip(dims, scores.T, strict=True) if np.isnan(col).all()]
     notes = [
         SIMULATED_NOTE,
         f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
-        f"landscape_seed {params.landscape_seed}",
+        f"landscape {params.landscape}, landscape_seed {params.landscape_seed}",
         *policies.warnings,
     ]
     if dropped:

@@ -6,7 +6,7 @@ so the simulated runtime never imports loop code. loop/contract.py embeds it in 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,3 +41,8 @@ class SimParams(BaseModel):
     # Simulated judge drift (a model update behind the same name): every score the simulated
     # judge gives rises by this much per tick of the audit clock, audits and canary alike.
     judge_drift_per_tick: float = 0.0
+    # hashed: every edit's effect is a hash of its text (no proposer can beat chance);
+    # mechanisms: hidden per-seed failure mechanisms that the right text fixes (mechanisms.py)
+    landscape: Literal["hashed", "mechanisms"] = "hashed"
+    mechanism_scale: Annotated[float, Field(ge=0)] = 1.0  # multiplies every mechanism's cost (and so a fix's benefit)
+    hashed_scale: Annotated[float, Field(ge=0)] = 1.0  # mechanisms world: weight of each edit's random component

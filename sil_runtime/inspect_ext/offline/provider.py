@@ -7,10 +7,20 @@ from typing import Any
 from inspect_ai.model import ChatMessage, GenerateConfig, ModelAPI, ModelOutput, modelapi
 from inspect_ai.tool import ToolChoice, ToolInfo
 
-from sil_runtime.inspect_ext.offline import auditor, judge, target
+from sil_runtime.inspect_ext.offline import auditor, judge, mutator, target
 from sil_runtime.inspect_ext.offline.common import estimate_tokens
 
-ROLES = ("auditor", "target", "target-crash", "judge", "judge-refuse", "judge-partial")
+ROLES = (
+    "auditor",
+    "target",
+    "target-crash",
+    "judge",
+    "judge-refuse",
+    "judge-partial",
+    "mutator",
+    "mutator-invalid",
+    "mutator-fabricate",
+)
 
 
 class ScriptedAPI(ModelAPI):
@@ -39,6 +49,8 @@ class ScriptedAPI(ModelAPI):
             return auditor.respond(input)
         if role == "target":
             return target.respond(f"scripted/{role}", input, tools)
+        if role.startswith("mutator"):
+            return mutator.respond(role, input)
         if role == "target-crash":
             raise RuntimeError("scripted target crash: the runtime's model call failed")
         return judge.respond(role, input, tools)
