@@ -19,6 +19,7 @@ from loop.errors import Halt
 from loop.judges import GateJudge, Outcome
 from loop.policyrefs import candidate_ref, champion_ref
 from loop.proposers import Proposal, ProposalRequest, make_proposer
+from loop.proposers.catalogue import CatalogueProposer
 from loop.records import VerdictRecord
 from loop.replication import judge_replication
 from tests.test_train import open_loop, records, run_loop, shrink
@@ -75,7 +76,8 @@ def small(workspace: Path) -> Path:
 
 def test_the_same_edit_in_two_arms_is_two_candidates(small: Path) -> None:
     rc = open_with_git(small, "twice")
-    probe = make_proposer(rc.loaded)
+    c = rc.contract
+    probe = CatalogueProposer(c.search_space.surfaces, c.promotion.target_dimensions)  # any fixed edit will do
     first = probe.propose(
         ProposalRequest(rc.store.documents(rc.state.origin), set(), np.random.default_rng(0), 0, 0, arm="random")
     ).mutation
