@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,13 +28,13 @@ from typing import Any, TypeVar
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
+from loop import runid
 from loop.fsutil import atomic_write_bytes
 from loop.records import RECORD_TYPES, Payload, RepairRecord, parse_payload, record_type
 
 GENESIS = "0" * 64
 _TAIL_CHUNK = 65536
 P = TypeVar("P", bound=Payload)
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class LedgerError(RuntimeError):
@@ -78,18 +77,11 @@ def record_hash(fields: dict[str, Any]) -> str:
 
 
 def check_run_id(run_id: str) -> str:
-    """Run ids name directories and git refs: letters, digits, '.', '_', '-' only."""
-    if (
-        not isinstance(run_id, str)
-        or not RUN_ID_PATTERN.match(run_id)
-        or ".." in run_id
-        or run_id.endswith((".", ".lock"))
-    ):
-        raise LedgerError(
-            f"run id {run_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit, without '..' or a trailing '.'/'.lock'"
-        )
-    return run_id
+    """Run ids name directories and git refs (loop/runid.py); LedgerError if not allowed."""
+    try:
+        return runid.check_run_id(run_id)
+    except runid.RunIdError as ex:
+        raise LedgerError(str(ex)) from None
 
 
 def _payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +197,8 @@ class Ledger:
 
 def ledger_lock(path: Path) -> FileLock:
     """The lock every writer (and a consistent reader) of this ledger takes."""
-    return FileLock(str(path) + ".lock", fallback_to_soft=False)
+    # Keyed by the real path: two names (a symlink alias) for one ledger share one lock.
+    return FileLock(os.path.realpath(path) + ".lock", fallback_to_soft=False)
 
 
 def read_snapshot(path: Path) -> bytes:

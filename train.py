@@ -47,6 +47,7 @@ from loop.policystore import HandEditedPolicy, PolicyStore
 from loop.preflight import preflight_phase
 from loop.records import HaltRecord, Keys, RunRecord, StopRecord
 from loop.rounds import Guards, RoundRunner
+from loop.runid import RunIdError, run_dir_under
 from loop.runstate import RunState
 from loop.sshsig import Signer
 from loop.summary import build_summary, render
@@ -55,6 +56,7 @@ from sil_policy import PolicyError
 
 RUNS = Path("state/runs")
 POLICIES = Path("state/policies")
+LOCKS = RUNS / ".locks"  # cross-run locks (the runtime policies): tool state, never the user's tree
 ARMS = ("never", "random", "gate")
 MODEL_ROLES = ("auditor", "target", "judge", "mutator")
 PHASES: tuple[tuple[str, Callable[[RunContext], None]], ...] = (
@@ -275,11 +277,15 @@ def execute_run(
     loaded: LoadedContract, root: Path, run_id: str, replicate: int | None, out: Console, err: Console
 ) -> int:
     """The whole `sil run` command; returns its exit code."""
-    run_dir = root / RUNS / run_id
+    try:
+        run_dir = run_dir_under(root / RUNS, run_id)
+    except RunIdError as ex:
+        err.print(f"[bold red]refused:[/] {ex}")
+        return ExitCode.REFUSED
     try:
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
         cfg = guarded_config(loaded, root, run_dir, lambda line: err.print(line, highlight=False), replicate)
-        with run_lock(run_dir), policy_lock(root / POLICIES):
+        with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             stored = RunState.load(run_dir)
             if stored is not None and stored.phase == "done":
                 out.print(f"run {run_id} is already complete (start another with --new):")

@@ -22,6 +22,7 @@ from rich.markup import escape
 import ledger as ledger_mod
 from loop.contract import ContractError, LoadedContract, load_contract
 from loop.errors import ExitCode
+from loop.runid import RunIdError, run_dir_under
 from train import RUNS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -53,9 +54,10 @@ def _run_dir(root: Path, run: str | None) -> Path:
         if not candidates:
             _fail(f"no runs under {runs}; start one with `sil run`")
         return candidates[-1].parent
-    if "/" in run or run.startswith("."):
-        _fail(f"run id {run!r} must be a plain name (see `ls {runs}`)")
-    path = runs / run
+    try:
+        path = run_dir_under(runs, run)
+    except RunIdError as ex:
+        _fail(f"{ex} (see `ls {runs}`)")
     if not path.is_dir():
         _fail(f"no run {run!r} under {runs}")
     return path

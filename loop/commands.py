@@ -21,7 +21,7 @@ from loop.release import promote_to_user
 from loop.replication import replicate
 from loop.runstate import RunState
 from sil_policy import PolicyError
-from train import POLICIES, check_same_run, guarded_config, open_run
+from train import LOCKS, POLICIES, check_same_run, guarded_config, open_run
 
 PREFLIGHT_AUDITS = 1
 
@@ -111,7 +111,7 @@ def replicate_keep(
 def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Console) -> int:
     """Copy an arm's champion into state/policies, if those files are still the run's origin."""
     try:
-        with run_lock(run_dir), policy_lock(root / POLICIES):
+        with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             message = promote_to_user(run_dir, root / POLICIES, arm)
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {ex}")

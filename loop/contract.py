@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loop.yamlstrict import DuplicateYamlKey, load_strict
+from loop.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil_policy import SURFACES, describe_validation_errors
 from sil_runtime.sim.params import SimParams
 
@@ -266,6 +266,8 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
         data = load_strict(front)
     except DuplicateYamlKey as ex:
         raise ContractError(str(ex)) from None
+    except YamlTooLarge as ex:
+        raise ContractError(f"{path}: front matter refused: {ex}") from None
     except yaml.YAMLError as ex:
         raise ContractError(f"{path}: front matter is not valid YAML: {ex}") from None
     except RecursionError:

@@ -9,6 +9,7 @@ a champion locally is not a merge or a release: the operator commits it.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from ledger import Ledger, RecordBook
@@ -20,7 +21,22 @@ from loop.runstate import RunState
 from sil_policy import SURFACES
 
 
+def check_plain_target(policy_dir: Path) -> None:
+    """Refuse a policy folder reached through a symlink, or a target that is not a regular file."""
+    policy_dir = Path(policy_dir)
+    if not policy_dir.is_dir() or policy_dir.is_symlink() or policy_dir.parent.is_symlink():
+        raise Refused(
+            f"{policy_dir} is not a plain directory (missing, or reached through a symlink); "
+            "promote writes only into a real state/policies folder inside the project. Nothing was copied"
+        )
+    for spec in SURFACES.values():
+        target = policy_dir / spec.filename
+        if target.is_symlink() or (target.exists() and not stat.S_ISREG(target.lstat().st_mode)):
+            raise Refused(f"{target} is not a regular file (symlink, directory or device); nothing was copied")
+
+
 def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
+    check_plain_target(policy_dir)
     state = RunState.load(run_dir)
     if state is None or arm_name not in state.arms:
         raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
