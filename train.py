@@ -45,12 +45,13 @@ from loop.locks import LockedError, policy_lock, run_lock
 from loop.policyrefs import RunRefs
 from loop.policystore import HandEditedPolicy, PolicyStore
 from loop.preflight import preflight_phase
-from loop.records import HaltRecord, Keys, RunRecord, StopRecord
+from loop.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
 from loop.rounds import Guards, RoundRunner
 from loop.runid import RunIdError, run_dir_under
 from loop.runstate import RunState
-from loop.sshsig import Signer
+from loop.sshsig import SignatureError, Signer, fingerprint
 from loop.summary import build_summary, render
+from loop.witness import Witness, WitnessError, witness_from_env
 from measure import MeasureContext
 from sil_policy import PolicyError
 
@@ -85,6 +86,7 @@ class RunConfig:
     before_audits: Callable[[], None] = _nothing  # re-checks the approval; raises Halt to stop
     anchor: Callable[[], None] = _nothing  # signs and anchors the ledger head outside the file
     policy_repo: Path | None = None  # git repo for the candidates' refs (loop/policyrefs.py)
+    trust: Trust = Trust()  # how this command signs checkpoints; must match what the run declared
 
 
 # ---- the phase sequencer -------------------------------------------------------------------
@@ -198,11 +200,14 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         backend=backend,
         measure=measure_ctx,
     )
-    rc.book.once(Keys.RUN, run_record(rc))
+    rc.book.once(Keys.RUN, run_record(rc, cfg.trust))
+    declared = rc.book.get("contract", Keys.RUN, RunRecord)
+    if declared is not None and (why := declared.trust.mismatch(cfg.trust)):
+        raise Refused(f"run {cfg.run_dir.name}: {why}")
     return rc
 
 
-def run_record(rc: RunContext) -> RunRecord:
+def run_record(rc: RunContext, trust: Trust) -> RunRecord:
     c = rc.contract
     return RunRecord(
         contract_id=c.contract_id,
@@ -216,6 +221,7 @@ def run_record(rc: RunContext) -> RunRecord:
         replicate_k=rc.promotion.replicate_k,
         approval=rc.approval_id,
         note=rc.backend.note,
+        trust=trust,
     )
 
 
@@ -243,13 +249,22 @@ def approval_guard(loaded: LoadedContract, root: Path) -> Callable[[], None]:
     return guard
 
 
-def anchor_guard(run_dir: Path, root: Path) -> Callable[[], None]:
-    """Checkpoint the ledger head in git refs (signed when SIL_SIGNING_KEY is set)."""
-    signer, repo = Signer.from_env(), anchor_repo(root)
+def signing_trust(signer: Signer | None) -> Trust:
+    """The trust a command with this signer declares (SignatureError if the key is unreadable)."""
+    if signer is None:
+        return Trust()
+    return Trust(signed=True, signer=signer.identity, key_fingerprints=[fingerprint(signer.key_path)])
+
+
+def anchor_guard(
+    run_dir: Path, root: Path, signer: Signer | None = None, witness: Witness | None = None
+) -> Callable[[], None]:
+    """Checkpoint the ledger head in git refs (signed when a signer is given) and in the witness."""
+    repo = anchor_repo(root)
 
     def anchor() -> None:
         try:
-            write_checkpoint(run_dir / "ledger.jsonl", repo, signer)
+            write_checkpoint(run_dir / "ledger.jsonl", repo, signer, witness=witness)
         except CheckpointError as ex:
             raise Halt(f"cannot anchor the ledger head: {ex}") from None
 
@@ -259,7 +274,8 @@ def anchor_guard(run_dir: Path, root: Path) -> Callable[[], None]:
 def guarded_config(
     loaded: LoadedContract, root: Path, run_dir: Path, on_event: Callable[[str], None], replicate_k: int | None = None
 ) -> RunConfig:
-    """The configuration of a real command: approval re-checks, anchoring, refs in git."""
+    """The configuration of a real command: approval re-checks, signed anchoring, witness, refs in git."""
+    signer = Signer.from_env()
     return RunConfig(
         repo_root=root,
         run_dir=run_dir,
@@ -268,8 +284,9 @@ def guarded_config(
         approval_id=approval_id(loaded, root),
         on_event=on_event,
         before_audits=approval_guard(loaded, root),
-        anchor=anchor_guard(run_dir, root),
+        anchor=anchor_guard(run_dir, root, signer, witness_from_env(root)),
         policy_repo=anchor_repo(root),
+        trust=signing_trust(signer),
     )
 
 
@@ -301,7 +318,15 @@ def execute_run(
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {ex}")
         return ExitCode.LOCKED
-    except (ApprovalError, PolicyError, prepare.MeasurementError, measure.MeasurementChanged, Refused) as ex:
+    except (
+        ApprovalError,
+        PolicyError,
+        prepare.MeasurementError,
+        measure.MeasurementChanged,
+        Refused,
+        SignatureError,
+        WitnessError,
+    ) as ex:
         err.print(f"[bold red]refused:[/] {ex}")
         return ExitCode.REFUSED
 

@@ -20,8 +20,10 @@ from loop.policystore import read_policy_dir
 from loop.release import promote_to_user
 from loop.replication import replicate
 from loop.runstate import RunState
+from loop.sshsig import SignatureError, Signer
+from loop.witness import WitnessError, witness_from_env
 from sil_policy import PolicyError
-from train import LOCKS, POLICIES, check_same_run, guarded_config, open_run
+from train import LOCKS, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 
 PREFLIGHT_AUDITS = 1
 
@@ -88,11 +90,11 @@ def replicate_keep(
                 check_same_run(rc)
             except Halt as ex:
                 raise Refused(f"{ex}; pass the run's own contract with --contract") from None
-            result = replicate(rc, mutation_id, arm, k)
+            result = replicate(rc, mutation_id, arm, k, cfg.trust)
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {ex}")
         return ExitCode.LOCKED
-    except (ApprovalError, Refused, PolicyError) as ex:
+    except (ApprovalError, Refused, PolicyError, SignatureError, WitnessError) as ex:
         err.print(f"[bold red]refused:[/] {ex}")
         return ExitCode.REFUSED
     except Halt as ex:
@@ -112,12 +114,17 @@ def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Con
     """Copy an arm's champion into state/policies, if those files are still the run's origin."""
     try:
         with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
-            message = promote_to_user(run_dir, root / POLICIES, arm)
+            signer = Signer.from_env()
+            message = promote_to_user(run_dir, root / POLICIES, arm, signing_trust(signer))
+            anchor_guard(run_dir, root, signer, witness_from_env(root))()
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {ex}")
         return ExitCode.LOCKED
-    except (Refused, PolicyError) as ex:
+    except (Refused, PolicyError, SignatureError, WitnessError) as ex:
         err.print(f"[bold red]refused:[/] {ex}")
         return ExitCode.REFUSED
+    except Halt as ex:
+        err.print(f"[bold red]copied, but the ledger head is not anchored:[/] {ex}")
+        return ExitCode.FAILED
     out.print(message)
     return ExitCode.OK

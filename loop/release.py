@@ -16,7 +16,7 @@ from ledger import Ledger, RecordBook
 from loop.errors import Refused
 from loop.fsutil import atomic_write_bytes
 from loop.policystore import PolicyStore, read_policy_dir
-from loop.records import IntentRecord, Keys, UserPromoteRecord
+from loop.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord
 from loop.runstate import RunState
 from sil_policy import SURFACES
 
@@ -35,7 +35,7 @@ def check_plain_target(policy_dir: Path) -> None:
             raise Refused(f"{target} is not a regular file (symlink, directory or device); nothing was copied")
 
 
-def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
+def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str, trust: Trust | None = None) -> str:
     check_plain_target(policy_dir)
     state = RunState.load(run_dir)
     if state is None or arm_name not in state.arms:
@@ -51,7 +51,13 @@ def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
         )
     store = PolicyStore(run_dir)
     book = RecordBook(Ledger.existing(run_dir / "ledger.jsonl"), state.run_id)
+    trust = trust or Trust()
+    declared = book.get("contract", Keys.RUN, RunRecord)
+    if declared is not None and (why := declared.trust.mismatch(trust)):
+        raise Refused(f"run {state.run_id}: {why}; nothing was copied")
     key = Keys.user_promote(champion.set_id)
+    if not book.has("user_promote", key):
+        book.open_segment(f"promote {arm_name} {champion.set_id}", trust)
     book.once(Keys.intent("promote", key), IntentRecord(action="promote", key=key, arm=arm_name, to=str(policy_dir)))
     for name, spec in SURFACES.items():
         if current.hashes[name] != champion.hashes[name]:
