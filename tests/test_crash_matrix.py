@@ -28,8 +28,8 @@ import pytest
 
 import ledger
 from loop import attempts
-from loop.ledgerverify import verify_run_ledger
 from loop.faults import CRASH_ENV, CRASH_POINTS
+from loop.ledgerverify import verify_run_ledger
 from loop.policyrefs import candidate_ref, champion_ref
 from loop.records import Keys
 from loop.runstate import RunState
