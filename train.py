@@ -29,7 +29,7 @@ from rich.console import Console
 
 import measure
 import prepare
-from ledger import Ledger, read_records
+from ledger import Ledger, LedgerError, read_records
 from loop.approval import ApprovalError, frozen_measurement_hash, require_approval
 from loop.arms import candidate_phase, never_phase
 from loop.backends import make_backend
@@ -38,6 +38,8 @@ from loop.certify import final_phase
 from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
 from loop.context import RunContext
 from loop.contract import ContractError, LoadedContract, load_contract
+from loop.diskspace import check_free_space, is_disk_error
+from loop.diskspace import describe as describe_disk_error
 from loop.errors import ExitCode, Halt, Refused
 from loop.journal import Journal
 from loop.judges import JudgeState
@@ -69,6 +71,7 @@ PHASES: tuple[tuple[str, Callable[[RunContext], None]], ...] = (
     ("final", final_phase),
 )
 STOPPING = (Halt, measure.MeasurementChanged, HandEditedPolicy)
+RESUME_HINT = "Free some space, then re-run the same command to resume."
 
 
 def _nothing() -> None:
@@ -110,7 +113,24 @@ def run_phases(rc: RunContext) -> RunState:
         stop(rc, "completed")
     except STOPPING as ex:
         halt(rc, str(ex))
+    except (OSError, LedgerError) as ex:
+        if not is_disk_error(ex):
+            raise
+        disk_halt(rc, ex)
     return state
+
+
+def disk_halt(rc: RunContext, ex: BaseException) -> None:
+    """Halt on a full or failing disk: recorded if the disk still takes the record, else only said."""
+    reason = f"disk: {describe_disk_error(ex)}; free some space, then re-run the command to resume"
+    try:
+        halt(rc, reason)
+    except (OSError, LedgerError) as again:
+        rc.state.phase = "halted"
+        rc.emit(
+            f"HALT: {reason}. The halt could not be recorded either ({again}); the run's files on disk "
+            "are as they were before the failed write, and re-running resumes from them"
+        )
 
 
 def resume_after_halt(rc: RunContext) -> None:
@@ -303,6 +323,7 @@ def execute_run(
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
         cfg = guarded_config(loaded, root, run_dir, lambda line: err.print(line, highlight=False), replicate)
         with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
+            check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)
             if stored is not None and stored.phase == "done":
                 out.print(f"run {run_id} is already complete (start another with --new):")
@@ -318,6 +339,11 @@ def execute_run(
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {ex}")
         return ExitCode.LOCKED
+    except (OSError, LedgerError) as ex:
+        if not is_disk_error(ex):
+            raise
+        err.print(f"[bold red]halted (disk):[/] {describe_disk_error(ex)}; nothing further was written. {RESUME_HINT}")
+        return ExitCode.HALTED
     except (
         ApprovalError,
         PolicyError,

@@ -85,6 +85,9 @@ class Budget(_Strict):
     # Reserved for certifying the gate arm's final champion against the starting policy
     # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check.
     certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
+    # Free space the run's disk must keep: checked before the run and before every batch of
+    # audits, so a filling disk halts the run with a recorded reason instead of mid-write.
+    min_free_mb: Annotated[int, Field(ge=0, le=10_000_000)] = 64
 
     @model_validator(mode="after")
     def _fits(self) -> Budget:

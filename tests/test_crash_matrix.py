@@ -134,7 +134,7 @@ def kill_at(root: Path, point: str, k: int, lose_audits: bool = False) -> None:
 
 
 def run_dir(root: Path) -> Path:
-    (path,) = (root / "state" / "runs").iterdir()
+    (path,) = [p for p in (root / "state" / "runs").iterdir() if not p.name.startswith(".")]  # not .locks
     return path
 
 
