@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,13 +28,22 @@ from typing import Any, TypeVar
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
+from loop import runid
 from loop.fsutil import atomic_write_bytes
-from loop.records import RECORD_TYPES, Payload, RepairRecord, parse_payload, record_type
+from loop.records import (
+    RECORD_TYPES,
+    Keys,
+    Payload,
+    RepairRecord,
+    SegmentRecord,
+    Trust,
+    parse_payload,
+    record_type,
+)
 
 GENESIS = "0" * 64
 _TAIL_CHUNK = 65536
 P = TypeVar("P", bound=Payload)
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class LedgerError(RuntimeError):
@@ -78,18 +86,11 @@ def record_hash(fields: dict[str, Any]) -> str:
 
 
 def check_run_id(run_id: str) -> str:
-    """Run ids name directories and git refs: letters, digits, '.', '_', '-' only."""
-    if (
-        not isinstance(run_id, str)
-        or not RUN_ID_PATTERN.match(run_id)
-        or ".." in run_id
-        or run_id.endswith((".", ".lock"))
-    ):
-        raise LedgerError(
-            f"run id {run_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit, without '..' or a trailing '.'/'.lock'"
-        )
-    return run_id
+    """Run ids name directories and git refs (loop/runid.py); LedgerError if not allowed."""
+    try:
+        return runid.check_run_id(run_id)
+    except runid.RunIdError as ex:
+        raise LedgerError(str(ex)) from None
 
 
 def _payload(payload: BaseModel | dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +206,8 @@ class Ledger:
 
 def ledger_lock(path: Path) -> FileLock:
     """The lock every writer (and a consistent reader) of this ledger takes."""
-    return FileLock(str(path) + ".lock", fallback_to_soft=False)
+    # Keyed by the real path: two names (a symlink alias) for one ledger share one lock.
+    return FileLock(os.path.realpath(path) + ".lock", fallback_to_soft=False)
 
 
 def read_snapshot(path: Path) -> bytes:
@@ -287,7 +289,7 @@ def read_records(path: Path) -> Iterator[Record]:
 
 
 def verify_file(path: Path) -> VerifyReport:
-    """Check every line: canonical form, hash, sequence and chain."""
+    """Check every line: canonical form, hash, sequence, chain, and nothing but a segment after a stop."""
     try:
         data = Path(path).read_bytes()
     except OSError as ex:
@@ -298,7 +300,7 @@ def verify_file(path: Path) -> VerifyReport:
 def verify_bytes(data: bytes) -> VerifyReport:
     """`verify_file` on bytes already read (e.g. a snapshot taken under the lock)."""
     errors: list[str] = []
-    prev, count, head = GENESIS, 0, GENESIS
+    prev, count, head, last_type = GENESIS, 0, GENESIS, None
     lines = data.split(b"\n")
     complete = len(data)
     if lines and lines[-1] == b"":
@@ -324,7 +326,9 @@ def verify_bytes(data: bytes) -> VerifyReport:
             errors.append(f"{where}: seq {rec.seq}, expected {n} (deleted, duplicated or reordered)")
         if rec.prev != prev:
             errors.append(f"{where}: prev does not match the record before (chain broken)")
-        prev, head, count = rec.hash, rec.hash, count + 1
+        if last_type == "stop" and rec.type != "segment":
+            errors.append(f"{where}: a {rec.type!r} record follows the run's stop (appended after the run finished)")
+        prev, head, count, last_type = rec.hash, rec.hash, count + 1, rec.type
     return VerifyReport(ok=not errors, records=count, head_hash=head, errors=errors, size=complete)
 
 
@@ -358,9 +362,21 @@ class RecordBook:
         kind = record_type(payload, type_)
         if self.has(kind, key):
             return None
+        if self.records and self.records[-1].type == "stop" and kind != "segment":
+            raise LedgerError(
+                f"no record may follow the run's stop (a {kind!r} record was about to); "
+                "a later command must open a new segment first (RecordBook.open_segment)"
+            )
         rec = self.ledger.append(kind, {**payload.model_dump(mode="json"), "_key": key}, run_id=self.run_id)
         self._index(rec)
         return rec
+
+    def open_segment(self, reason: str, trust: Trust) -> Record | None:
+        """After a finished run's `stop`, open a linked segment for what follows; else nothing."""
+        if not self.records or self.records[-1].type != "stop":
+            return None
+        n = len(self.of_type("segment"))
+        return self.once(Keys.segment(n), SegmentRecord(reason=reason, after_stop=self.records[-1].hash, trust=trust))
 
     def get(self, type_: str, key: str, model: type[P]) -> P | None:
         rec = self.seen.get((type_, key))

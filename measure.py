@@ -19,6 +19,7 @@ out, dead without finishing (re-run it), or unknown (halt: the loop cannot tell)
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -39,6 +40,7 @@ import prepare
 from loop import attempts
 from loop.attempts import AuditStateUnknown
 from loop.contract import Contract
+from loop.diskspace import DiskFull, mentions_disk_error
 from loop.faults import crashpoint
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
@@ -356,6 +358,8 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
     prior = attempts.await_attempt(req.audit_dir, timeout)
     if prior.state == "unknown":
         raise AuditStateUnknown(f"audit {req.audit_id}: {prior.detail}")
+    if prior.state == "finished" and prior.rc != 0 and mentions_disk_error(_stderr_tail(req)):
+        prior = prior.model_copy(update={"state": "died"})  # died of the disk: re-run, never a gap
     if prior.state == "died":
         attempts.set_aside(req.audit_dir, prior.attempt)
     prepare_audit_dir(req)
@@ -371,7 +375,11 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
             env = audit_env(req, ctx, copies)
             rc = _run_process(cmd, req, env, timeout, prior.attempt + 1)
         if rc != 0:
-            raise GapError(f"audit process exited {rc}: {_stderr_tail(req, ctx)}")
+            tail = _stderr_tail(req, ctx)
+            if mentions_disk_error(tail):
+                _mark_disk_failure(req)
+                raise DiskFull(errno.ENOSPC, f"audit {req.audit_id} failed on a full or failing disk: {tail}")
+            raise GapError(f"audit process exited {rc}: {tail}")
         evidence = backend.read_evidence(req, ctx)
         wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
         return score_evidence(req, ctx, evidence, wall)
@@ -386,6 +394,14 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
             usage=evidence.usage if evidence else gap.usage,
             log_path=evidence.log_path if evidence else gap.log_path,
         )
+
+
+def _mark_disk_failure(req: AuditRequest) -> None:
+    """Best effort (the disk may refuse it): log the attempt as killed by the disk, so it is re-run."""
+    try:
+        attempts.log_kill(req.audit_dir, attempts.read_status(req.audit_dir).attempt, "disk")
+    except OSError:
+        pass  # on resume its stderr still says why it died
 
 
 def run_audits(requests: list[AuditRequest], ctx: MeasureContext, backend: AuditBackend) -> list[AuditResult]:

@@ -30,7 +30,7 @@ from rich.markup import escape
 
 import measure
 import prepare
-from ledger import Ledger, read_records
+from ledger import Ledger, LedgerError, read_records
 from loop.approval import ApprovalError, frozen_measurement_hash, require_approval
 from loop.arms import candidate_phase, never_phase
 from loop.backends import make_backend
@@ -40,6 +40,8 @@ from loop.certify import final_phase
 from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
 from loop.context import RunContext
 from loop.contract import ContractError, LoadedContract, load_contract
+from loop.diskspace import check_free_space, is_disk_error
+from loop.diskspace import describe as describe_disk_error
 from loop.errors import ExitCode, Halt, Refused
 from loop.journal import Journal
 from loop.judges import JudgeState
@@ -47,18 +49,21 @@ from loop.locks import LockedError, policy_lock, run_lock
 from loop.policyrefs import RunRefs
 from loop.policystore import HandEditedPolicy, PolicyStore
 from loop.preflight import preflight_phase
-from loop.records import HaltRecord, Keys, RunRecord, StopRecord
+from loop.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
 from loop.rounds import Guards, RoundRunner
+from loop.runid import RunIdError, run_dir_under
 from loop.runstate import RunState
 from loop.runview import write_contract_snapshot
-from loop.sshsig import Signer
+from loop.sshsig import SignatureError, Signer, fingerprint
 from loop.startchecks import run_refusals
 from loop.summary import build_summary, render
+from loop.witness import Witness, WitnessError, witness_from_env
 from measure import MeasureContext
 from sil_policy import PolicyError
 
 RUNS = Path("state/runs")
 POLICIES = Path("state/policies")
+LOCKS = RUNS / ".locks"  # cross-run locks (the runtime policies): tool state, never the user's tree
 ARMS = ("never", "random", "gate")
 MODEL_ROLES = ("auditor", "target", "judge", "mutator")
 PHASES: tuple[tuple[str, Callable[[RunContext], None]], ...] = (
@@ -71,6 +76,7 @@ PHASES: tuple[tuple[str, Callable[[RunContext], None]], ...] = (
 )
 HALT_NEXT = "the halt is recorded; fix its cause, then run the same `sil run` command again to resume"
 STOPPING = (Halt, measure.MeasurementChanged, HandEditedPolicy)
+RESUME_HINT = "Free some space, then re-run the same command to resume."
 
 
 def _nothing() -> None:
@@ -88,6 +94,7 @@ class RunConfig:
     before_audits: Callable[[], None] = _nothing  # re-checks the approval; raises Halt to stop
     anchor: Callable[[], None] = _nothing  # signs and anchors the ledger head outside the file
     policy_repo: Path | None = None  # git repo for the candidates' refs (loop/policyrefs.py)
+    trust: Trust = Trust()  # how this command signs checkpoints; must match what the run declared
 
 
 # ---- the phase sequencer -------------------------------------------------------------------
@@ -114,7 +121,24 @@ def run_phases(rc: RunContext) -> RunState:
         stop(rc, "completed")
     except STOPPING as ex:
         halt(rc, str(ex))
+    except (OSError, LedgerError) as ex:
+        if not is_disk_error(ex):
+            raise
+        disk_halt(rc, ex)
     return state
+
+
+def disk_halt(rc: RunContext, ex: BaseException) -> None:
+    """Halt on a full or failing disk: recorded if the disk still takes the record, else only said."""
+    reason = f"disk: {describe_disk_error(ex)}; free some space, then re-run the command to resume"
+    try:
+        halt(rc, reason)
+    except (OSError, LedgerError) as again:
+        rc.state.phase = "halted"
+        rc.emit(
+            f"HALT: {reason}. The halt could not be recorded either ({again}); the run's files on disk "
+            "are as they were before the failed write, and re-running resumes from them"
+        )
 
 
 def resume_after_halt(rc: RunContext) -> None:
@@ -205,12 +229,15 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         backend=backend,
         measure=measure_ctx,
     )
-    rc.book.once(Keys.RUN, run_record(rc))
+    rc.book.once(Keys.RUN, run_record(rc, cfg.trust))
+    declared = rc.book.get("contract", Keys.RUN, RunRecord)
+    if declared is not None and (why := declared.trust.mismatch(cfg.trust)):
+        raise Refused(f"run {cfg.run_dir.name}: {why}")
     write_contract_snapshot(cfg.run_dir, contract)
     return rc
 
 
-def run_record(rc: RunContext) -> RunRecord:
+def run_record(rc: RunContext, trust: Trust) -> RunRecord:
     c = rc.contract
     return RunRecord(
         contract_id=c.contract_id,
@@ -224,6 +251,7 @@ def run_record(rc: RunContext) -> RunRecord:
         replicate_k=rc.promotion.replicate_k,
         approval=rc.approval_id,
         note=rc.backend.note,
+        trust=trust,
     )
 
 
@@ -253,15 +281,24 @@ def approval_guard(loaded: LoadedContract, root: Path) -> Callable[[], None]:
     return guard
 
 
-def anchor_guard(run_dir: Path, root: Path) -> Callable[[], None]:
-    """Checkpoint the ledger head in git refs (signed when SIL_SIGNING_KEY is set)."""
-    signer, repo = Signer.from_env(), anchor_repo(root)
+def signing_trust(signer: Signer | None) -> Trust:
+    """The trust a command with this signer declares (SignatureError if the key is unreadable)."""
+    if signer is None:
+        return Trust()
+    return Trust(signed=True, signer=signer.identity, key_fingerprints=[fingerprint(signer.key_path)])
+
+
+def anchor_guard(
+    run_dir: Path, root: Path, signer: Signer | None = None, witness: Witness | None = None
+) -> Callable[[], None]:
+    """Checkpoint the ledger head in git refs (signed when a signer is given) and in the witness."""
+    repo = anchor_repo(root)
 
     def anchor() -> None:
         if repo is None:
             raise Halt(f"cannot anchor the ledger head: no git repository for checkpoints at {root}")
         try:
-            write_checkpoint(run_dir / "ledger.jsonl", repo, signer)
+            write_checkpoint(run_dir / "ledger.jsonl", repo, signer, witness=witness)
         except CheckpointError as ex:
             raise Halt(f"cannot anchor the ledger head: {ex}") from None
 
@@ -271,7 +308,8 @@ def anchor_guard(run_dir: Path, root: Path) -> Callable[[], None]:
 def guarded_config(
     loaded: LoadedContract, root: Path, run_dir: Path, on_event: Callable[[str], None], replicate_k: int | None = None
 ) -> RunConfig:
-    """The configuration of a real command: approval re-checks, anchoring, refs in git."""
+    """The configuration of a real command: approval re-checks, signed anchoring, witness, refs in git."""
+    signer = Signer.from_env()
     return RunConfig(
         repo_root=root,
         run_dir=run_dir,
@@ -280,8 +318,9 @@ def guarded_config(
         approval_id=approval_id(loaded, root),
         on_event=on_event,
         before_audits=approval_guard(loaded, root),
-        anchor=anchor_guard(run_dir, root),
+        anchor=anchor_guard(run_dir, root, signer, witness_from_env(root)),
         policy_repo=anchor_repo(root),
+        trust=signing_trust(signer),
     )
 
 
@@ -295,7 +334,11 @@ def execute_run(
     on_event: Callable[[str], None] | None = None,
 ) -> int:
     """The whole `sil run` command; returns its exit code. Refusals leave no run folder."""
-    run_dir = root / RUNS / run_id
+    try:
+        run_dir = run_dir_under(root / RUNS, run_id)
+    except RunIdError as ex:
+        err.print(f"[bold red]refused:[/] {escape(str(ex))}")
+        return ExitCode.REFUSED
     refusals = run_refusals(loaded, root)
     if refusals:
         for item in refusals:
@@ -306,7 +349,8 @@ def execute_run(
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
         emit = on_event or (lambda line: err.print(escape(line), highlight=False))
         cfg = guarded_config(loaded, root, run_dir, emit, replicate)
-        with run_lock(run_dir), policy_lock(root / POLICIES):
+        with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
+            check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)
             if stored is not None and stored.phase == "done":
                 out.print(f"run {run_id} is already complete (start another with --new):")
@@ -322,7 +366,20 @@ def execute_run(
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {escape(str(ex))}")
         return ExitCode.LOCKED
-    except (ApprovalError, PolicyError, prepare.MeasurementError, measure.MeasurementChanged, Refused) as ex:
+    except (OSError, LedgerError) as ex:
+        if not is_disk_error(ex):
+            raise
+        err.print(f"[bold red]halted (disk):[/] {describe_disk_error(ex)}; nothing further was written. {RESUME_HINT}")
+        return ExitCode.HALTED
+    except (
+        ApprovalError,
+        PolicyError,
+        prepare.MeasurementError,
+        measure.MeasurementChanged,
+        Refused,
+        SignatureError,
+        WitnessError,
+    ) as ex:
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
 

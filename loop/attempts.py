@@ -8,6 +8,7 @@ one, every launch is logged in `<audit_dir>/attempts`, one JSON line per event:
     {"event": "start", "attempt": n, "pid": <pid>}          wrapper, first thing it does
     {"event": "exit", "attempt": n, "rc": <status>}         wrapper, after the audit exits
     {"event": "kill", "attempt": n, "reason": "timeout"}    loop, before it kills the group
+    {"event": "kill", "attempt": n, "reason": "disk"}       loop: it failed because of the disk
 
 `read_status` turns the log of the last attempt (plus a look at the live processes) into one
 state: new, finished, timed_out, running, died or unknown. `await_attempt` waits for a
@@ -86,7 +87,7 @@ def log_launch(audit_dir: Path, attempt: int) -> None:
     _append(path, {"event": "launch", "attempt": attempt, "t": round(time.time(), 3)})
 
 
-def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrupted"]) -> None:
+def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrupted", "disk"]) -> None:
     _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "kill", "attempt": attempt, "reason": reason})
 
 
@@ -142,6 +143,8 @@ def read_status(audit_dir: Path) -> AttemptStatus:
     kill = mine.get("kill")
     if kill is not None and kill.get("reason") == "timeout":
         return AttemptStatus(state="timed_out", **base, detail="the loop killed it at its timeout")
+    if kill is not None and kill.get("reason") == "disk":  # its outcome says nothing about the policy
+        return AttemptStatus(state="died", **base, detail=f"attempt {n} failed because of the disk; re-run it")
     if "exit" in mine:
         rc = mine["exit"].get("rc")
         if not isinstance(rc, int):

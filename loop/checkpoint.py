@@ -12,7 +12,8 @@ report says that anyone able to rewrite git refs could replace them.
 
     repo = anchor_repo(root)     # the project's git repo, else state/anchors.git
     cp = write_checkpoint(run_dir / "ledger.jsonl", repo, Signer.from_env())
-    report = verify_run_ledger(run_dir / "ledger.jsonl", root)      # sil ledger verify
+    report = verify_against_checkpoints(run_dir / "ledger.jsonl", repo, allowed_signers)
+    # `sil ledger verify` (trust, witness, pinned head) is loop/ledgerverify.py
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ledger import GENESIS, Record, VerifyReport, check_run_id, read_snapshot, verify_bytes
-from loop.sshsig import SignatureError, Signer, resolve_allowed_signers, sign, verify
+from loop.sshsig import SignatureError, Signer, sign, verify
+from loop.witness import Witness, WitnessEntry, WitnessError
 
 NAMESPACE = "sil-ledger"
 BARE_REPO = Path("state") / "anchors.git"
@@ -99,36 +101,6 @@ def anchor_repo(root: Path, *, create: bool = True) -> Path | None:
     return bare
 
 
-def verify_run_ledger(
-    ledger_path: Path, root: Path, allowed_signers: Path | None = None, *, require_signed: bool = False
-) -> VerifyReport:
-    """`sil ledger verify`: the chain, every checkpoint, and signatures when there are any.
-
-    Signatures are checked against `allowed_signers` (else $SIL_ALLOWED_SIGNERS, else
-    state/allowed_signers) as soon as one checkpoint is signed, or always with
-    `require_signed`; then an unsigned checkpoint is an error, not a note.
-    """
-    repo = anchor_repo(root, create=False)
-    if repo is None:
-        report = verify_bytes(read_snapshot(ledger_path) if Path(ledger_path).exists() else b"")
-        return report.model_copy(
-            update={"notes": ["no checkpoint repository: truncation and a recomputed chain cannot be detected"]}
-        )
-    trusted = resolve_allowed_signers(allowed_signers, Path(root) / ALLOWED_SIGNERS_DEFAULT)
-    if not require_signed:
-        if not any(cp.signature for cp in read_checkpoints(repo, _run_id_of(ledger_path))):
-            trusted = None
-    elif trusted is None:
-        report = verify_against_checkpoints(ledger_path, repo, None)
-        return report.model_copy(
-            update={
-                "ok": False,
-                "errors": [*report.errors, "signed checkpoints required but no allowed_signers file found"],
-            }
-        )
-    return verify_against_checkpoints(ledger_path, repo, trusted)
-
-
 def _is_git_repo(path: Path) -> bool:
     proc = subprocess.run(
         ["git", "-C", str(path), "rev-parse", "--git-dir"],
@@ -151,9 +123,15 @@ def checkpoint_ref(run_id: str) -> str:
 
 
 def write_checkpoint(
-    ledger_path: Path, repo_dir: Path, signer: Signer | None, *, run_id: str | None = None
+    ledger_path: Path,
+    repo_dir: Path,
+    signer: Signer | None,
+    *,
+    run_id: str | None = None,
+    witness: Witness | None = None,
 ) -> Checkpoint:
-    """Anchor the ledger's current head; refuses a ledger that does not verify or extend."""
+    """Anchor the ledger's current head (and append it to `witness`); refuses a ledger that does
+    not verify or extend the last checkpoint."""
     data = read_snapshot(ledger_path)
     report = verify_bytes(data)
     if not report.ok or report.records == 0:
@@ -164,7 +142,7 @@ def write_checkpoint(
     ref = checkpoint_ref(run_id)
     old = git.resolve(ref)
     # Each checkpoint was checked against the one before, so the latest one suffices here.
-    mismatch = _compare(data, git.read_checkpoints([old]) if old else [])
+    mismatch = compare_checkpoints(data, git.read_checkpoints([old]) if old else [])
     if mismatch:
         raise CheckpointError(
             f"refusing to anchor {ledger_path}: it does not extend the last checkpoint ({mismatch[0]})"
@@ -184,6 +162,11 @@ def write_checkpoint(
             raise CheckpointError(f"cannot sign the checkpoint: {ex}") from None
     commit = git.commit_checkpoint(cp, parent=old)
     git.update_ref(ref, commit, old)
+    if witness is not None:
+        try:
+            witness.append(WitnessEntry(**cp.model_dump(exclude={"commit"})))
+        except WitnessError as ex:
+            raise CheckpointError(f"checkpoint written to git but not witnessed: {ex}") from None
     return cp.model_copy(update={"commit": commit})
 
 
@@ -202,14 +185,14 @@ def verify_against_checkpoints(
     """`verify_file` plus every checkpoint: truncation, rewrites, and signatures if given."""
     data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
     base = verify_bytes(data)
-    run_id = run_id or _run_id_of(ledger_path, data)
+    run_id = run_id or run_id_of(ledger_path, data)
     checkpoints = read_checkpoints(repo_dir, run_id)
-    errors = list(base.errors) + _compare(data, checkpoints)
+    errors = list(base.errors) + compare_checkpoints(data, checkpoints)
     notes: list[str] = []
     if not checkpoints:
         notes.append("no checkpoint: truncation and a recomputed chain cannot be detected")
     elif allowed_signers is not None:
-        errors += _signature_errors(checkpoints, Path(allowed_signers))
+        errors += signature_errors(checkpoints, Path(allowed_signers))
     elif any(cp.signature for cp in checkpoints):
         notes.append("signatures present but not checked: pass an allowed_signers file")
     if any(cp.signature is None for cp in checkpoints) and allowed_signers is None:
@@ -217,7 +200,7 @@ def verify_against_checkpoints(
     return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints), "notes": notes})
 
 
-def _run_id_of(ledger_path: Path, data: bytes | None = None) -> str:
+def run_id_of(ledger_path: Path, data: bytes | None = None) -> str:
     """The run id in the ledger's first record, else the run directory's name."""
     if data is None:
         data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
@@ -247,7 +230,7 @@ def _line_heads(data: bytes) -> list[tuple[int, str | None]]:
     return heads
 
 
-def _compare(data: bytes, checkpoints: list[Checkpoint]) -> list[str]:
+def compare_checkpoints(data: bytes, checkpoints: list[Checkpoint]) -> list[str]:
     """Each checkpoint must still be a prefix of the ledger: same count, size and head."""
     errors: list[str] = []
     heads = _line_heads(data)
@@ -271,7 +254,7 @@ def _compare(data: bytes, checkpoints: list[Checkpoint]) -> list[str]:
     return errors
 
 
-def _signature_errors(checkpoints: list[Checkpoint], allowed: Path) -> list[str]:
+def signature_errors(checkpoints: list[Checkpoint], allowed: Path) -> list[str]:
     errors = []
     for n, cp in enumerate(checkpoints, start=1):
         if cp.signature is None or cp.signer is None:

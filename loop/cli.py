@@ -9,7 +9,9 @@ sil approve --by alice --key ~/.ssh/id_ed25519   # approve ./program.md for real
 sil runs | sil status [RUN]   # all runs; where one stands (both --json)
 sil report RUN [--out DIR]    # report.html (self-contained), report.md, report.json, plots
 sil compare RUN_A RUN_B | sil export RUN --format csv|parquet|json
-sil ledger verify [RUN] | sil ledger show [RUN] [--json]
+sil ledger verify [RUN]       # check the hash chain, checkpoints, declared trust, witness
+sil ledger head [RUN]         # print the latest checkpointed head to pin elsewhere
+sil ledger show [RUN] [--json]
 sil replicate RUN MUTATION_ID --k 8
 sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
 sil contract revise DRAFT --reason WHY   # a new contract whose parent is the current one
@@ -207,28 +209,71 @@ def approve(
 def ledger_verify(
     run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    allowed_signers: Annotated[Path | None, typer.Option(help="allowed_signers file for checkpoints.")] = None,
+    allowed_signers: Annotated[
+        Path | None, typer.Option(help="allowed_signers file for checkpoints (keep it outside the repository).")
+    ] = None,
     require_signed: Annotated[bool, typer.Option("--require-signed", help="Fail on unsigned checkpoints.")] = False,
+    expect_head: Annotated[
+        str | None, typer.Option("--expect-head", help="A head pinned earlier with `sil ledger head` (SEQ:HASH).")
+    ] = None,
 ) -> None:
-    """Check the whole hash chain of a run's ledger and the checkpoints that anchor it."""
-    from loop.checkpoint import verify_run_ledger
+    """Check a run's hash chain, its checkpoints, the trust it declared, and the outside witness."""
+    from loop.ledgerverify import HeadError, parse_head, verify_run_ledger
+    from loop.witness import WitnessError, witness_from_env
 
     root = Path.cwd()
     rdir = _run_dir(root, run)
-    signers = None if allowed_signers is None else _user_path(allowed_signers)
-    report = verify_run_ledger(rdir / "ledger.jsonl", root, signers, require_signed=require_signed)
+    try:
+        if expect_head is not None:
+            parse_head(expect_head)
+        witness = witness_from_env(root)
+    except (HeadError, WitnessError) as ex:
+        _fail(str(ex))
+    report = verify_run_ledger(
+        rdir / "ledger.jsonl",
+        root,
+        None if allowed_signers is None else _user_path(allowed_signers),
+        require_signed=require_signed,
+        witness=witness,
+        expect_head=expect_head,
+    )
     if as_json:
         out.print_json(report.model_dump_json())
-        raise typer.Exit(0 if report.ok else 1)
+        raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
     if report.ok:
         out.print(f"ok: {report.records} records, head {report.head_hash[:16]}, {report.checkpoints} checkpoints agree")
-        for note in report.notes:
-            out.print(f"note: {note}")
     else:
         err.print(f"[bold red]ledger does not verify[/] ({report.records} records):")
         for e in report.errors:
-            err.print(f"  {e}")
-    raise typer.Exit(0 if report.ok else 1)
+            err.print(f"  {escape(e)}")
+    for note in report.notes:
+        style = "bold yellow" if note.startswith(("NO OUTSIDE WITNESS", "warning", "ignored")) else "dim"
+        err.print(f"[{style}]note:[/] {escape(note)}")
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
+
+
+@ledger_app.command("head")
+def ledger_head(run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None) -> None:
+    """Print the run's latest checkpointed head (SEQ:HASH) to pin outside the repository."""
+    from loop.checkpoint import CheckpointError, anchor_repo, read_checkpoints
+    from loop.ledgerverify import format_head
+
+    root = Path.cwd()
+    rdir = _run_dir(root, run)
+    repo = anchor_repo(root, create=False)
+    try:
+        checkpoints = read_checkpoints(repo, rdir.name) if repo is not None else []
+    except CheckpointError as ex:
+        _fail(str(ex), ExitCode.FAILED)
+    if not checkpoints:
+        _fail(f"run {rdir.name} has no checkpoint yet; nothing to pin", ExitCode.FAILED)
+    latest = checkpoints[-1]
+    sys.stdout.write(format_head(latest) + "\n")
+    signed = f"signed as {latest.signer}" if latest.signature else "UNSIGNED"
+    err.print(
+        f"[dim]{rdir.name}: {latest.records} records, {signed}, {latest.created_at}; "
+        f"check later with `sil ledger verify {rdir.name} --expect-head <this>`[/]"
+    )
 
 
 @ledger_app.command("show")

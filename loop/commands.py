@@ -22,9 +22,11 @@ from loop.proposers.llm import worst_case_cost as mutator_worst_case
 from loop.release import champion_diff, promote_to_user, promotion_risks
 from loop.replication import replicate
 from loop.runstate import RunState
+from loop.sshsig import SignatureError, Signer
 from loop.startchecks import planned_audits, start_checks
+from loop.witness import WitnessError, witness_from_env
 from sil_policy import PolicyError
-from train import POLICIES, check_same_run, guarded_config, open_run
+from train import LOCKS, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 
 
 def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str:
@@ -99,11 +101,11 @@ def replicate_keep(
                 check_same_run(rc)
             except Halt as ex:
                 raise Refused(f"{ex}; pass the run's own contract with --contract") from None
-            result = replicate(rc, mutation_id, arm, k)
+            result = replicate(rc, mutation_id, arm, k, cfg.trust)
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {escape(str(ex))}")
         return ExitCode.LOCKED
-    except (ApprovalError, Refused, PolicyError) as ex:
+    except (ApprovalError, Refused, PolicyError, SignatureError, WitnessError) as ex:
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
     except Halt as ex:
@@ -125,7 +127,7 @@ def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Con
     A control arm's or an uncertified champion is refused unless `force`; the diff is shown first.
     """
     try:
-        with run_lock(run_dir), policy_lock(root / POLICIES):
+        with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             risks = promotion_risks(run_dir, arm)
             diff = champion_diff(run_dir, root / POLICIES, arm)
             out.print(escape(diff) if diff else "(no difference from state/policies)", highlight=False)
@@ -133,12 +135,17 @@ def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Con
                 raise Refused("; ".join(risks) + ". Nothing was copied; pass --force to promote it anyway")
             for risk in risks:
                 err.print(f"[yellow]warning (--force):[/] {escape(risk)}")
-            message = promote_to_user(run_dir, root / POLICIES, arm)
+            signer = Signer.from_env()
+            message = promote_to_user(run_dir, root / POLICIES, arm, signing_trust(signer))
+            anchor_guard(run_dir, root, signer, witness_from_env(root))()
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {escape(str(ex))}")
         return ExitCode.LOCKED
-    except (Refused, PolicyError) as ex:
+    except (Refused, PolicyError, SignatureError, WitnessError) as ex:
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return ExitCode.REFUSED
+    except Halt as ex:
+        err.print(f"[bold red]copied, but the ledger head is not anchored:[/] {escape(str(ex))}")
+        return ExitCode.FAILED
     out.print(escape(message), highlight=False)
     return ExitCode.OK

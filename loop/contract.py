@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loop.yamlstrict import DuplicateYamlKey, load_strict
+from loop.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil_policy import SURFACES, describe_validation_errors
 from sil_runtime.sim.params import SimParams
 
@@ -92,6 +92,9 @@ class Budget(_Strict):
     # Reserved for certifying the gate arm's final champion against the starting policy
     # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check.
     certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
+    # Free space the run's disk must keep: checked before the run and before every batch of
+    # audits, so a filling disk halts the run with a recorded reason instead of mid-write.
+    min_free_mb: Annotated[int, Field(ge=0, le=10_000_000)] = 64
 
     @model_validator(mode="after")
     def _fits(self) -> Budget:
@@ -330,6 +333,8 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
         data = load_strict("\n" + front)  # line 1 is the opening '---': YAML lines are file lines
     except DuplicateYamlKey as ex:
         raise ContractError(str(ex)) from None
+    except YamlTooLarge as ex:
+        raise ContractError(f"{path}: front matter refused: {ex}") from None
     except yaml.YAMLError as ex:
         raise ContractError(f"{path}: front matter is not valid YAML: {ex}") from None
     except RecursionError:

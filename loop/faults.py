@@ -9,16 +9,21 @@ but the kernel keeps what was already written). Audit subprocesses never inherit
 variable (their environment is an allowlist), so only the loop dies.
 
     SIL_CRASH_AT=apply.before_write:2 sil run     # dies before the 2nd candidate's file write
+
+`SIL_DISK_FULL_AT=<name>:<k>` instead raises `OSError(ENOSPC)` at the k-th visit, as a write
+there would on a full disk (the loop must halt cleanly and resume to the same result).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
 from collections import Counter
 
 CRASH_ENV = "SIL_CRASH_AT"
+DISK_FULL_ENV = "SIL_DISK_FULL_AT"
 
 # Every boundary of one iteration, in the order an iteration reaches them (`audit.*` and
 # `round.*` are also reached by baseline, never and final rounds). Names are stable: tests
@@ -48,6 +53,7 @@ CRASH_POINTS: tuple[str, ...] = (
 )
 
 _reached: Counter[str] = Counter()
+_filled: Counter[str] = Counter()
 _lock = threading.Lock()
 
 
@@ -66,7 +72,9 @@ def parse_spec(spec: str) -> tuple[str, int]:
 
 
 def crashpoint(name: str) -> None:
-    """SIGKILL this process if `SIL_CRASH_AT` names this point and this is its k-th visit."""
+    """SIGKILL this process if `SIL_CRASH_AT` names this point and this is its k-th visit
+    (or raise ENOSPC if `SIL_DISK_FULL_AT` does)."""
+    _disk_full(name)
     spec = os.environ.get(CRASH_ENV)
     if not spec:
         return
@@ -78,3 +86,17 @@ def crashpoint(name: str) -> None:
         hit = _reached[name] == k
     if hit:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _disk_full(name: str) -> None:
+    spec = os.environ.get(DISK_FULL_ENV)
+    if not spec:
+        return
+    target, k = parse_spec(spec)
+    if name != target:
+        return
+    with _lock:
+        _filled[name] += 1
+        hit = _filled[name] == k
+    if hit:
+        raise OSError(errno.ENOSPC, f"No space left on device (injected by {DISK_FULL_ENV} at {name})")

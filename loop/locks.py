@@ -1,18 +1,21 @@
 """One runner at a time: non-blocking flock locks on the run state and on the runtime policies.
 
-`run_lock(state_dir)` is held for the whole of `sil run`/`--resume`; `policy_lock(policy_dir)`
-stops two runs with different state directories from mutating the same runtime policies.
+`run_lock(state_dir)` is held for the whole of `sil run`/`--resume`; `policy_lock(policy_dir,
+lock_dir)` stops two runs with different state directories from mutating the same runtime
+policies. The policy lock is keyed by the policies' real path and lives in `lock_dir` (the
+tool's own state, e.g. `state/runs/.locks`), never as a file in the user's policy folder.
 Both are kernel `flock` locks (via filelock, without its soft-lock fallback), so a killed
 process releases them at once and no stale lock needs guessing. The holder's pid, host and
 start time go to a sidecar file for the "locked" message only; it is never trusted.
 flock is unreliable on network filesystems, so locking refuses NFS/SMB/sshfs paths.
 
-    with run_lock(state_dir), policy_lock(policy_dir):
+    with run_lock(state_dir), policy_lock(policy_dir, lock_dir):
         ...                                  # LockedError if another sil run holds either
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -26,7 +29,7 @@ from filelock import FileLock, Timeout
 from loop.errors import ExitCode
 
 RUN_LOCK = ".sil-run.lock"
-POLICY_LOCK = ".sil-policy.lock"
+POLICY_LOCK_PREFIX = "policy-"
 OWNER_SUFFIX = ".owner"
 LOCKED_EXIT_CODE = int(ExitCode.LOCKED)
 MOUNTS_FILE = Path("/proc/self/mounts")
@@ -51,9 +54,12 @@ def run_lock(state_dir: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def policy_lock(policy_dir: Path) -> Iterator[Path]:
-    """Exclusive lock on a runtime's policy directory (same directory = same lock)."""
-    with _exclusive(Path(policy_dir).resolve(), POLICY_LOCK, "the runtime policies") as path:
+def policy_lock(policy_dir: Path, lock_dir: Path) -> Iterator[Path]:
+    """Exclusive lock on a runtime's policy directory (same real directory = same lock)."""
+    real = os.path.realpath(policy_dir)
+    check_local_filesystem(Path(real))
+    name = f"{POLICY_LOCK_PREFIX}{hashlib.sha256(real.encode()).hexdigest()[:16]}.lock"
+    with _exclusive(Path(lock_dir), name, f"the runtime policies ({real})") as path:
         yield path
 
 
@@ -68,7 +74,7 @@ def _exclusive(folder: Path, name: str, what: str) -> Iterator[Path]:
     except Timeout:
         raise LockedError(
             f"another sil run holds {path} ({_holder(path)}), so {what} are in "
-            "use; wait for it to finish or stop it. Nothing was changed."
+            "use; wait for it to finish or stop it, then try again. Nothing was changed."
         ) from None
     owner = Path(str(path) + OWNER_SUFFIX)
     try:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from loop.fsutil import atomic_write_bytes
+from loop.fsutil import atomic_write_bytes, read_regular
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface
+from sil_policy.format import MAX_FILE_BYTES
 
 
 class HandEditedPolicy(RuntimeError):
@@ -47,9 +48,9 @@ def read_policy_dir(directory: Path) -> tuple[PolicySet, dict[str, dict]]:
         if path.is_symlink():
             raise PolicyError(f"{path} is a symlink; policy files must be regular files")
         try:
-            data = path.read_bytes()
+            data = read_regular(path, MAX_FILE_BYTES)
         except OSError as ex:
-            raise PolicyError(f"cannot read {path}: {ex.strerror}") from None
+            raise PolicyError(f"cannot read {path}: {ex.strerror}; policy files must be regular files") from None
         documents[name] = parse_surface(name, data)
         hashes[name] = content_hash(data)
     return PolicySet(hashes=hashes), documents

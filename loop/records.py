@@ -27,6 +27,39 @@ class Payload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Trust(Payload):
+    """What a run (or a segment of it) declares at its start about how its checkpoints are signed.
+
+    `sil ledger verify` holds the run to it: a signed run must have signed checkpoints only,
+    by this signer, covering its `stop` and every `segment` record.
+    """
+
+    signed: bool = False
+    signer: str | None = None  # the identity the checkpoints are signed as (allowed_signers)
+    key_fingerprints: list[str] = []  # SHA256:... of the signing key(s)
+
+    def describe(self) -> str:
+        return (
+            f"checkpoints signed as {self.signer} ({', '.join(self.key_fingerprints)})"
+            if self.signed
+            else ("unsigned checkpoints")
+        )
+
+    def mismatch(self, current: Trust) -> str | None:
+        """Why a writer with `current` trust may not continue a run that declared this one."""
+        same = self.signed == current.signed and (
+            not self.signed
+            or (self.signer == current.signer and bool(set(self.key_fingerprints) & set(current.key_fingerprints)))
+        )
+        if same:
+            return None
+        return (
+            f"the run declared {self.describe()}, but this command would write {current.describe()}; "
+            "set SIL_SIGNING_KEY and SIL_SIGNER to the run's key (unset both for an unsigned run), "
+            "or start a new run with --new"
+        )
+
+
 class RunRecord(Payload):
     contract_id: str
     contract_hash: str
@@ -39,6 +72,7 @@ class RunRecord(Payload):
     replicate_k: int
     approval: str
     note: str
+    trust: Trust = Trust()
 
 
 class BaselineRecord(Payload):
@@ -326,6 +360,15 @@ class HaltRecord(Payload):
     phase: str | None = None
 
 
+class SegmentRecord(Payload):
+    """Opens a new segment after a finished run's `stop` (replicate, promote): no other record may
+    follow a `stop`. Linked to the stop it continues; checkpointed as soon as it is written."""
+
+    reason: str
+    after_stop: str  # hash of the `stop` record this segment continues
+    trust: Trust = Trust()
+
+
 class StopRecord(Payload):
     reason: str
     audits: int
@@ -360,6 +403,7 @@ RECORD_MODELS: dict[str, type[Payload]] = {
     "proposer_gap": ProposerGapRecord,
     "effect": EffectRecord,
     "stop": StopRecord,
+    "segment": SegmentRecord,
 }
 RECORD_TYPES = frozenset(RECORD_MODELS)
 
@@ -428,6 +472,10 @@ class Keys:
     @staticmethod
     def halt(n: int) -> str:
         return f"halt:{n}"
+
+    @staticmethod
+    def segment(n: int) -> str:
+        return f"segment:{n}"
 
     @staticmethod
     def replication(arm: str, mutation_id: str, n: int) -> str:

@@ -19,7 +19,7 @@ import fitness
 from fitness import RoundStat
 from loop.context import RunContext
 from loop.errors import Refused
-from loop.records import DemoteRecord, IntentRecord, Keys, ReplicateRecord, VerdictRecord
+from loop.records import DemoteRecord, IntentRecord, Keys, ReplicateRecord, Trust, VerdictRecord
 from loop.runstate import ArmState
 
 LEVEL = 0.9
@@ -45,11 +45,13 @@ def find_keep(rc: RunContext, mutation_id: str, arm: str | None) -> VerdictRecor
     return keeps[0]
 
 
-def replicate(rc: RunContext, mutation_id: str, arm: str | None, k: int) -> ReplicateRecord:
+def replicate(rc: RunContext, mutation_id: str, arm: str | None, k: int, trust: Trust | None = None) -> ReplicateRecord:
     keep = find_keep(rc, mutation_id, arm)
     cand, parent = rc.store.stored_set(keep.candidate_set), rc.store.stored_set(keep.parent_set)
     if why := rc.rounds.budget_left("replicate", 2 * k):
         raise Refused(f"{k} fresh rounds cannot start: {why}")
+    if rc.book.open_segment(f"replicate {keep.arm} {mutation_id}", trust or Trust()):
+        rc.rounds.anchor()  # the segment is checkpointed before anything is added to it
     done = len(rc.book.of_type("replicate"))
     rounds: list[RoundStat] = []
     for i in range(k):

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel
 from scipy import stats
 
-from loop.checkpoint import verify_run_ledger
+from loop.ledgerverify import verify_run_ledger
 from loop.runview import LEDGER, RunView
 from loop.summary import build_summary, conclusion
 

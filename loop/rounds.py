@@ -24,6 +24,7 @@ import measure
 from fitness import RoundStat
 from loop import attempts
 from loop.attempts import AuditStateUnknown
+from loop.diskspace import check_free_space
 from loop.errors import Halt
 from loop.faults import crashpoint
 from loop.fsutil import atomic_write_bytes
@@ -148,6 +149,7 @@ class RoundRunner:
     def _launch(self, todo: list[AuditRequest]) -> None:
         self.recover([(r.audit_id, r.audit_dir) for r in todo])
         self.guards.before_audits()
+        check_free_space(self.journal.run_dir, self.ctx.contract.budget.min_free_mb)  # DiskFull: halt
         try:
             fresh = measure.run_audits(todo, self.ctx, self.backend)
         except AuditStateUnknown as ex:

@@ -18,6 +18,7 @@ from ledger import LedgerError, Record, read_records
 from loop.contract import Contract
 from loop.errors import Halt, Refused
 from loop.fsutil import atomic_write_bytes
+from loop.runid import RunIdError, run_dir_under
 from loop.runstate import RunState
 
 RUNS = Path("state/runs")
@@ -73,9 +74,10 @@ def resolve_run(root: Path, run: str | None) -> Path:
         if not found:
             raise Refused(f"no runs under {base}; start one with `sil run`")
         return found[-1]
-    if "/" in run or run.startswith(".") or not run:
-        raise Refused(f"run id {run!r} must be a plain name (list them with `sil runs`)")
-    path = base / run
+    try:
+        path = run_dir_under(base, run)
+    except RunIdError as ex:
+        raise Refused(f"{ex} (list them with `sil runs`)") from None
     if not (path / LEDGER).is_file():
         raise Refused(f"no run {run!r} with a ledger under {base} (list them with `sil runs`)")
     return path

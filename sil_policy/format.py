@@ -16,9 +16,13 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from loop.fsutil import read_regular
+
 MAX_TEXT = 4000
 MAX_NAME = 64
 MAX_ITEMS = 64
+MAX_DEPTH = 32  # nesting of arrays/objects; the deepest schema needs a handful
+MAX_FILE_BYTES = 1 << 20
 
 # Keys that name a measurement or model knob. A mutation whose path mentions one is a
 # hyperparameter change, never a policy change (SPEC: rejected at parse and at apply).
@@ -236,6 +240,11 @@ def _format_validation(name: str, err: ValidationError) -> str:
 def parse_surface(name: str, data: bytes) -> dict[str, Any]:
     """Validate raw file bytes for a surface; return the document as plain JSON data."""
     surface(name)
+    if len(data) > MAX_FILE_BYTES:
+        raise PolicyError(f"{name} policy has {len(data)} bytes; at most {MAX_FILE_BYTES}")
+    depth = json_depth(data)
+    if depth > MAX_DEPTH:
+        raise PolicyError(f"{name} policy nests arrays/objects {depth} deep; at most {MAX_DEPTH}")
     try:
         document = json.loads(data.decode("utf-8"), object_pairs_hook=reject_duplicate_keys)
     except UnicodeDecodeError as ex:
@@ -245,6 +254,30 @@ def parse_surface(name: str, data: bytes) -> dict[str, Any]:
     except DuplicateKeyError as ex:
         raise PolicyError(f"{name} policy has a duplicate key {ex.args[0]!r}") from None
     return validate_document(name, document)
+
+
+def json_depth(data: bytes) -> int:
+    """Deepest nesting of '[' and '{' outside strings, counted before any recursive parse."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                return deepest  # enough to refuse; no need to scan on
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def validate_document(name: str, document: Any) -> dict[str, Any]:
@@ -259,7 +292,7 @@ def validate_document(name: str, document: Any) -> dict[str, Any]:
 def load_surface(name: str, path: Path) -> tuple[dict[str, Any], str]:
     """Read and validate one policy file; return (document, sha256 of its bytes)."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(Path(path), MAX_FILE_BYTES)
     except OSError as ex:
         raise PolicyError(f"cannot read {name} policy at {path}: {ex.strerror}") from None
     return parse_surface(name, data), content_hash(data)

@@ -18,6 +18,7 @@ from loop.checkpoint import (
     verify_against_checkpoints,
     write_checkpoint,
 )
+from loop.ledgerverify import verify_run_ledger
 from loop.sshsig import Signer, allowed_signers_line, generate_key
 
 
@@ -244,19 +245,25 @@ def test_verify_run_ledger(tmp_path: Path, keys, monkeypatch) -> None:
     monkeypatch.delenv("SIL_ALLOWED_SIGNERS", raising=False)
     root = tmp_path / "project"
     path, led = _ledger(root / "state", 3)
-    report = cpmod.verify_run_ledger(path, root)
+    report = verify_run_ledger(path, root)
     assert report.ok and "no checkpoint repository" in report.notes[0]
     write_checkpoint(path, cpmod.anchor_repo(root), None)
-    assert cpmod.verify_run_ledger(path, root).ok
-    strict = cpmod.verify_run_ledger(path, root, require_signed=True)
-    assert not strict.ok and "no allowed_signers" in strict.errors[-1]
+    assert verify_run_ledger(path, root).ok
+    strict = verify_run_ledger(path, root, require_signed=True)
+    assert not strict.ok and any("no allowed_signers file outside the repository" in e for e in strict.errors)
     led.append("verdict", {}, run_id="r1")
     write_checkpoint(path, cpmod.anchor_repo(root), keys["alice"])
-    unchecked = cpmod.verify_run_ledger(path, root)
+    unchecked = verify_run_ledger(path, root)
     assert unchecked.ok and any("not checked" in n for n in unchecked.notes)
-    # once a checkpoint is signed, the default allowed_signers file is used and enforced
-    (root / "state" / "allowed_signers").write_text(keys["allowed"].read_text())
-    mixed = cpmod.verify_run_ledger(path, root)
-    assert not mixed.ok and "checkpoint 1 (seq 2) is unsigned" in mixed.errors[0]
+    # an allowed_signers inside the repository is ignored unless named, and then it warns
+    inside = root / "state" / "allowed_signers"
+    inside.write_text(keys["allowed"].read_text())
+    ignored = verify_run_ledger(path, root)
+    assert ignored.ok and any(n.startswith("ignored state/allowed_signers") for n in ignored.notes)
+    named = verify_run_ledger(path, root, inside)
+    assert any("inside the repository" in n for n in named.notes)
+    assert not named.ok and "checkpoint 1 (seq 2) is unsigned" in named.errors[-1]
+    outside = verify_run_ledger(path, root, keys["allowed"])
+    assert not outside.ok and "checkpoint 1 (seq 2) is unsigned" in outside.errors[-1]
     path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:3]))
-    assert not cpmod.verify_run_ledger(path, root).ok
+    assert not verify_run_ledger(path, root).ok

@@ -28,8 +28,8 @@ import pytest
 
 import ledger
 from loop import attempts
-from loop.checkpoint import verify_run_ledger
 from loop.faults import CRASH_ENV, CRASH_POINTS
+from loop.ledgerverify import verify_run_ledger
 from loop.policyrefs import candidate_ref, champion_ref
 from loop.records import Keys
 from loop.runstate import RunState
@@ -134,7 +134,7 @@ def kill_at(root: Path, point: str, k: int, lose_audits: bool = False) -> None:
 
 
 def run_dir(root: Path) -> Path:
-    (path,) = (root / "state" / "runs").iterdir()
+    (path,) = [p for p in (root / "state" / "runs").iterdir() if not p.name.startswith(".")]  # not .locks
     return path
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import ledger
 from ledger import LedgerError, check_run_id, verify_bytes
+from loop import runid
 from loop.contract import ContractError, parse_contract
 from loop.mutation import lint_text
 from sil_policy import SURFACES, PolicyError, canonical_bytes, parse_surface
@@ -248,7 +249,7 @@ def test_run_ids_never_escape_a_directory(run_id: str) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(run_id=st.from_regex(ledger.RUN_ID_PATTERN, fullmatch=True))
+@given(run_id=st.from_regex(runid.RUN_ID_PATTERN, fullmatch=True))
 def test_accepted_run_ids_are_valid_git_ref_components(run_id: str) -> None:
     try:
         check_run_id(run_id)

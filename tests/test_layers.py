@@ -34,6 +34,8 @@ LAYERS: dict[str, int | str] = {
     "loop.yamlstrict": 0,
     "loop.fsutil": 0,
     "loop.faults": 0,
+    "loop.runid": 0,
+    "loop.diskspace": 0,
     "loop.contract": 0,
     "sil_policy": 0,
     "sil_policy.format": 0,
@@ -62,6 +64,8 @@ LAYERS: dict[str, int | str] = {
     "loop.proposers": 2,
     "loop.contracts_history": 2,
     "loop.evidence": 2,
+    "loop.witness": 2,
+    "loop.ledgerverify": 2,
     # L3
     "loop.rounds": 3,
     "loop.context": 3,

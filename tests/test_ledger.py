@@ -79,7 +79,7 @@ def test_second_torn_tail_gets_its_own_file(tmp_path: Path) -> None:
     for garbage in (b"first", b"second"):
         with open(path, "ab") as fh:
             fh.write(garbage)
-        Ledger(path, offline=True, simulated=True).append("stop", {}, run_id="r1")
+        Ledger(path, offline=True, simulated=True).append("halt", {}, run_id="r1")
     assert (tmp_path / "ledger.jsonl.torn-0").read_bytes() == b"first"
     assert (tmp_path / "ledger.jsonl.torn-1").read_bytes() == b"second"
     assert verify_file(path).ok

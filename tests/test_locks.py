@@ -17,7 +17,7 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 from loop.locks import run_lock, policy_lock
-with run_lock(Path(sys.argv[1])), policy_lock(Path(sys.argv[2])):
+with run_lock(Path(sys.argv[1])), policy_lock(Path(sys.argv[2]), Path(sys.argv[1]).parent / "locks"):
     print("held", flush=True)
     time.sleep(60)
 """
@@ -46,8 +46,8 @@ def test_second_runner_is_refused_with_holder_pid(holder) -> None:
     with pytest.raises(LockedError, match=rf"another sil run holds .*pid {proc.pid} on"):
         with run_lock(state):
             pass
-    with pytest.raises(LockedError, match="runtime policies are in use"):
-        with policy_lock(policies):
+    with pytest.raises(LockedError, match="runtime policies .* are in use"):
+        with policy_lock(policies, state.parent / "locks"):
             pass
     assert _snapshot(state.parent) == before
 
@@ -57,7 +57,7 @@ def test_same_policies_through_another_path_are_locked(holder, tmp_path: Path) -
     alias = tmp_path / "alias"
     alias.symlink_to(policies.parent)
     with pytest.raises(LockedError):
-        with policy_lock(alias / "policies"):
+        with policy_lock(alias / "policies", tmp_path / "locks"):
             pass
 
 
@@ -65,7 +65,7 @@ def test_lock_is_released_when_the_holder_is_killed(holder) -> None:
     state, policies, proc = holder
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    with run_lock(state), policy_lock(policies):  # no stale lock survives a crash
+    with run_lock(state), policy_lock(policies, state.parent / "locks"):  # no stale lock survives a crash
         pass
 
 
@@ -98,3 +98,13 @@ def test_network_filesystem_is_refused(tmp_path: Path, monkeypatch) -> None:
     assert not (tmp_path / "nfs").exists()
     with run_lock(tmp_path / "local"):
         pass
+
+
+def test_policy_lock_leaves_nothing_in_the_policy_folder(tmp_path: Path) -> None:
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "a.json").write_text("{}")
+    with policy_lock(policies, tmp_path / "state" / "locks") as path:
+        assert path.parent == tmp_path / "state" / "locks"
+        assert sorted(p.name for p in policies.iterdir()) == ["a.json"]
+    assert sorted(p.name for p in policies.iterdir()) == ["a.json"]

@@ -29,7 +29,7 @@ def test_sil_run_petri_offline_completes_a_small_experiment(tmp_path: Path) -> N
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    [run_dir] = (tmp_path / "state" / "runs").iterdir()
+    [run_dir] = [p for p in (tmp_path / "state" / "runs").iterdir() if not p.name.startswith(".")]
     assert ledger.verify_file(run_dir / "ledger.jsonl").ok
     records = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     probe = next(r["payload"] for r in records if r["type"] == "probe")

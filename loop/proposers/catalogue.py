@@ -30,7 +30,7 @@ from loop.mutation import (
     value_hash,
 )
 from loop.proposers.base import Proposal, ProposalRequest, ProposerError
-from loop.yamlstrict import DuplicateYamlKey, load_strict
+from loop.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 
 CATALOGUE_PATH = Path(__file__).resolve().with_name("catalogue.yaml")
 OFFLINE_CATALOGUE = "offline/catalogue"
@@ -92,7 +92,7 @@ def load_catalogue(path: Path = CATALOGUE_PATH) -> list[CatalogueEdit]:
     """Read and validate the catalogue; ids must be unique."""
     try:
         data = load_strict(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, DuplicateYamlKey) as ex:
+    except (OSError, yaml.YAMLError, DuplicateYamlKey, YamlTooLarge) as ex:
         raise ProposerError(f"cannot read catalogue {path}: {ex}") from None
     if not isinstance(data, list) or not data:
         raise ProposerError(f"catalogue {path} must be a non-empty list of edits")
