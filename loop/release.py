@@ -99,7 +99,8 @@ def promotion_risks(run_dir: Path, arm_name: str) -> list[str]:
 
 
 def champion_diff(run_dir: Path, policy_dir: Path, arm_name: str) -> str:
-    """Unified diff from the current policy files to the arm's champion."""
+    """Unified diff from the current policy files to the arm's champion (Refused if a target is unsafe)."""
+    check_plain_target(policy_dir)
     state = RunState.load(run_dir)
     if state is None or arm_name not in state.arms:
         raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
