@@ -228,12 +228,13 @@ def build_legs(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) 
 
 
 def critical_margin(promotion: Promotion, noise: NoiseEstimate, dim: str) -> float:
-    """The NI margin for a critical dimension: the contract's, or tighter when the frozen
-    noise estimate is low enough (critical_margin_sd * sigma_c)."""
+    """The NI margin for a critical dimension, derived from its harm tolerance and never larger:
+    min(harm_margin_share * tolerance, critical_margin, critical_margin_sd * sigma_c)."""
+    margin = min(promotion.harm_margin_share * promotion.tolerance(dim), promotion.critical_margin)
     sigma = noise.sigma.get(dim)
     if promotion.critical_margin_sd is None or sigma is None:
-        return promotion.critical_margin
-    return min(promotion.critical_margin, promotion.critical_margin_sd * sigma)
+        return margin
+    return min(margin, promotion.critical_margin_sd * sigma)
 
 
 def _single(dim: str, kind: LegKind, null: float, alpha: float, noise: NoiseEstimate) -> Leg:

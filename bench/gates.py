@@ -37,12 +37,41 @@ from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20250601
-DRIFTS = {
+# Worlds: overrides of the contract's sim section (SimParams fields; effect_mixture fields
+# under "effect_mixture"). The first four are the drift scenarios; the rest the robustness grid.
+WORLDS: dict[str, dict[str, object]] = {
     "none": {"drift_sd": 0.0},
     "calibrated": {},
     "up trend": {"drift_trend": 0.005},
     "down trend": {"drift_trend": -0.005},
+    "heavy tails": {"noise_df": 2.2, "noise_scale": 1.8},
+    "heavy missing": {"p_missing_cell": 0.15, "p_missing_dimension": 0.08},
+    "mnar": {"missing_mode": "mnar", "mnar_slope": 0.15},
+    "trade-offs": {
+        "effect_mixture": {
+            "null": 0.38,
+            "harms_target": 0.2,
+            "helps_target": 0.1,
+            "helps_target_harms_critical": 0.25,
+            "harms_critical_only": 0.07,
+            "tradeoff_harm": (0.3, 0.8),
+        }
+    },
+    "tiny effects": {"effect_mixture": {"help_target": (0.1, 0.5), "harm_target": (0.05, 0.5)}},
+    "heterogeneous": {"effect_heterogeneity": 1.5, "seed_difficulty_sd": 2.5},
 }
+DRIFT_WORLDS = ("none", "calibrated", "up trend", "down trend")
+GRID_WORLDS = (
+    "calibrated",
+    "heavy tails",
+    "heavy missing",
+    "mnar",
+    "up trend",
+    "down trend",
+    "trade-offs",
+    "tiny effects",
+    "heterogeneous",
+)
 CORRELATIONS = (0.0, 0.5)
 BUDGETS = (150, 300, 600)
 DEFAULT_RUNS, FULL_RUNS = 60, 1000
@@ -58,13 +87,25 @@ SD_WORLDS, SD_PAIRS = 40, 50
 
 @dataclass(frozen=True)
 class Cell:
-    drift: str
+    world: str
     rho: float
     budget: int
 
     @property
     def label(self) -> str:
-        return f"drift={self.drift}, rho={self.rho}, budget={self.budget}"
+        return f"world={self.world}, rho={self.rho}, budget={self.budget}"
+
+
+def world_params(base: SimParams, world: str, update: dict[str, object]) -> SimParams:
+    """The contract's sim section with one named world's overrides (validated)."""
+    if world not in WORLDS:
+        raise SystemExit(f"unknown world {world!r}; choose from {', '.join(WORLDS)}")
+    knobs = dict(WORLDS[world])
+    mixture = knobs.pop("effect_mixture", None)
+    data = {**base.model_dump(), **knobs, **update}
+    if mixture is not None:
+        data["effect_mixture"] = {**base.effect_mixture.model_dump(), **mixture}
+    return SimParams.model_validate(data)
 
 
 @dataclass(frozen=True)
@@ -78,8 +119,7 @@ class Setup:
     methods: tuple[str, ...]
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
-        update = {**DRIFTS[cell.drift], "pair_correlation": cell.rho, "world_seed": SEED + run}
-        return self.params.model_copy(update=update)
+        return world_params(self.params, cell.world, {"pair_correlation": cell.rho, "world_seed": SEED + run})
 
     def cell_promotion(self, cell: Cell, mode: str | None = None) -> Promotion:
         j_max = max(6, round(CONFIRMATIONS_PER_300 * cell.budget / 300))
@@ -128,9 +168,10 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     count = max(400, cell.budget + 100)
     candidates = candidate_stream(world, cand_rng, count, setup.dims[0], promo.critical_dimensions)
     critical_idx = [setup.dims.index(d) for d in promo.critical_dimensions]
+    tolerance = np.array([promo.tolerance(d) for d in promo.critical_dimensions])
     out = {}
     for method in setup.methods:
-        run_state = SimRun(world, candidates, cell.budget, method, critical_idx)
+        run_state = SimRun(world, candidates, cell.budget, method, critical_idx, tolerance)
         procedure, settings = _procedure(setup, cell, method, run)
         procedure(run_state, settings)
         out[method] = summarize(run_state)
@@ -210,7 +251,7 @@ def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> lis
             f" P(worse) {by['loop_gate'].p_worse:.3f} <= 0.1);"
             f" single-audit/GEODE inadmissible={'yes' if refuted else 'NO'}"
         )
-        if cell.budget == 300 and cell.drift == "calibrated":
+        if cell.budget == 300 and cell.world == "calibrated":
             goal = TARGET_GAIN[cell.rho]
             gain = by["loop_gate"].final_target
             line += f"; final dT {gain:+.3f} <= {goal} {'yes' if gain <= goal else 'NO'}"
@@ -226,7 +267,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, help=f"runs per cell (default {DEFAULT_RUNS})")
     ap.add_argument("--validity-reps", type=int, help="null replicates for the type-I table")
     ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
-    ap.add_argument("--drifts", nargs="+", default=list(DRIFTS), choices=list(DRIFTS))
+    ap.add_argument(
+        "--worlds",
+        nargs="+",
+        default=list(DRIFT_WORLDS),
+        help=f"worlds to run ({', '.join(WORLDS)}), or 'grid' for the robustness grid",
+    )
     ap.add_argument("--rhos", type=float, nargs="+", default=list(CORRELATIONS))
     ap.add_argument("--variants", action="store_true", help="add e-LOND and certified loop gates")
     ap.add_argument("--methods", nargs="+", choices=METHODS + VARIANTS, help="run only these")
@@ -249,7 +295,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
     setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
     alpha_run = setup.promotion.alpha_run
-    cells = [Cell(d, r, b) for d in args.drifts for r in args.rhos for b in args.budgets]
+    worlds = [w for name in args.worlds for w in (GRID_WORLDS if name == "grid" else (name,))]
+    for name in worlds:
+        world_params(setup.params, name, {})  # an unknown world or bad knob fails before any run
+    cells = [Cell(w, r, b) for w in worlds for r in args.rhos for b in args.budgets]
     start = time.monotonic()
     out = [
         f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",

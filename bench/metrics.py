@@ -2,12 +2,13 @@
 
 All metrics are against the simulated truth (`World.expected_scores`), lower is better:
 - false-KEEP run probability: P(some KEEP whose true target change is >= 0);
-- harmful-KEEP run probability: P(some KEEP worsening a critical dim by > 0.3);
+- harmful-KEEP run probability: P(some KEEP worsening a critical dim by more than its
+  harm tolerance, the contract's `promotion.harm_tolerance`);
 - bad share: mean over runs of (false or harmful KEEPs) / max(1, KEEPs);
 - audits per decision: audits spent on candidates / candidates decided (calibration and
   stored baselines excluded, as in the research note);
 - final target change and worst critical change of the final champion vs the start;
-- P(final worse): final target change > 0 or worst critical change > 0.3;
+- P(final worse): final target change > 0 or a critical change above its tolerance;
 - Wald ratio: audits per decision / the Wald-Wolfowitz lower bound on expected audits per
   decision for any sequential test with the procedure's own in-stream false-KEEP rate and
   miss rate, on paired rounds (2 audits) of the measured SD, at the mean true improvement of
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.simrun import HARM_TOLERANCE, RunSummary
+from bench.simrun import RunSummary
 
 P_WORSE_LIMIT = 0.1
 MIN_WALD_AUDITS = 0.1  # below this the bound says "no information used": ratio not shown
@@ -78,7 +79,7 @@ def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float) -> Row:
         final_target=float(final_t.mean()),
         final_target_se=float(final_t.std(ddof=1) / math.sqrt(len(runs))) if len(runs) > 1 else 0.0,
         final_critical=float(final_c.mean()),
-        p_worse=float(np.mean((final_t > 0) | (final_c > HARM_TOLERANCE))),
+        p_worse=float(np.mean((final_t > 0) | np.array([r.final_harm for r in runs]))),
         wald_ratio=_wald_ratio(runs, per_decision, sd_round),
         alpha_spent=float(np.mean([r.alpha_spent for r in runs])),
         certified=float(np.mean(certified)) if certified else float("nan"),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from bench.simrun import HARM_TOLERANCE, SimRun
+from bench.simrun import SimRun
 from fitness import NoisePool, RoundStat, paired_round
 from gate import (
     ErrorBudget,
@@ -150,25 +150,25 @@ def run_oracle(run: SimRun, _settings: object) -> None:
             return
         run.used += 1  # charged one audit per candidate, as if it had looked
         delta = run.true_delta(cand.field)
-        harm = max((delta[c] for c in run.critical_idx), default=0.0)
-        run.decide(cand, bool(delta[0] < 0 and harm <= HARM_TOLERANCE), 1)
+        run.decide(cand, bool(delta[0] < 0 and not run.harms(delta)), 1)
 
 
 # ---------------------------------------------------------------------------- the loop's gate
 
 
-def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, coverage: float) -> RoundStat:
+def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, promo: Promotion) -> RoundStat:
     a, b = run.audit_pair(cand, champ)
-    return paired_round(a, b, run.world.dims, coverage)
+    stat = paired_round(a, b, run.world.dims, promo.min_seed_coverage, promo.missing_policy)
+    run.notes["bounded_cells"] = run.notes.get("bounded_cells", 0) + sum(stat.imputed.values())
+    return stat
 
 
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     """The loop's gate, exactly as the loop calls it: calibrate, then screen and confirm."""
     promo = settings.promotion
-    coverage = promo.min_seed_coverage
     pool = NoisePool()
     for _ in range(promo.calibration_pairs):
-        pool.add_aa(_round(run, run.theta, run.theta, coverage))
+        pool.add_aa(_round(run, run.theta, run.theta, promo))
     calibration = run.used
     budget = ErrorBudget.from_promotion(promo)
     reserve = settings.certify_audits
@@ -181,13 +181,13 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
         if not settings.latch and isinstance(gate, SequentialPairedGate):
             gate = replace(gate, latch=False)
         field = run.theta + cand.field
-        rounds = [_round(run, field, run.theta, coverage)]
+        rounds = [_round(run, field, run.theta, promo)]
         kept = False
         if gate.screen(rounds[0]).verdict == "continue" and run.left() - reserve >= 2:
             horizon = min(promo.replicate_k, (run.left() - reserve) // 2)
             fresh: list[RoundStat] = []
             while True:
-                fresh.append(_round(run, field, run.theta, coverage))
+                fresh.append(_round(run, field, run.theta, promo))
                 verdict = gate.confirm(fresh, horizon=horizon).verdict
                 if verdict != "continue":
                     break
@@ -199,10 +199,10 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     run.notes["alpha_spent"] = budget.spent
     run.notes["calibration_audits"] = calibration
     if reserve and budget.keeps:
-        _certify(run, promo, pool, coverage)
+        _certify(run, promo, pool)
 
 
-def _certify(run: SimRun, promo: Promotion, pool: NoisePool, coverage: float) -> None:
+def _certify(run: SimRun, promo: Promotion, pool: NoisePool) -> None:
     """Champion vs the starting policy on the reserved audits; roll back if not certified."""
     rounds_left = run.left() // 2
     if rounds_left < 1:
@@ -213,7 +213,7 @@ def _certify(run: SimRun, promo: Promotion, pool: NoisePool, coverage: float) ->
     fresh: list[RoundStat] = []
     verdict = "continue"
     while verdict == "continue":
-        fresh.append(_round(run, run.theta, run.origin, coverage))
+        fresh.append(_round(run, run.theta, run.origin, promo))
         verdict = gate.confirm(fresh).verdict
     run.notes["certified"] = float(verdict == "keep")
     if verdict != "keep":

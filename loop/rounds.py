@@ -183,6 +183,7 @@ class RoundRunner:
             fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
             self.ctx.dimensions,
             self.ctx.contract.promotion.min_seed_coverage,
+            self.ctx.contract.promotion.missing_policy,
         )
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}

@@ -51,7 +51,7 @@ def test_runs_are_reproducible(setup):
 
 def test_paired_audits_share_a_tick_and_truth_tracks_the_champion(setup):
     world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
-    run = SimRun(world, [], budget=10, name="t", critical_idx=[1, 2, 3, 4])
+    run = SimRun(world, [], budget=10, name="t", critical_idx=[1, 2, 3, 4], tolerance=np.full(4, 0.3))
     run.audit_pair(run.theta, run.theta)
     assert run.used == 2 and run.left() == 8
     change = np.zeros(world.shape)
@@ -88,6 +88,7 @@ def _summary(false_keep: bool, final_target: float, final_critical: float) -> Ru
         good_decisions=3,
         good_keeps=1,
         good_effect_sum=1.5,
+        final_harm=final_critical > 0.3,
     )
 
 
@@ -119,7 +120,7 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
             "2",
             "--budgets",
             "60",
-            "--drifts",
+            "--worlds",
             "calibrated",
             "--rhos",
             "0",
@@ -135,3 +136,29 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
     assert "SIMULATED" in text and "| loop_gate |" in text and "| geode |" in text
     assert "Type-I of the confirmation test" in text and "Acceptance checks" in text
     assert (tmp_path / "gates.md").exists() and (tmp_path / "gates.json").exists()
+
+
+def test_worlds_apply_their_knobs_and_validate(setup):
+    mnar = setup.cell_params(Cell("mnar", 0.5, 300), 1)
+    assert mnar.missing_mode == "mnar" and mnar.pair_correlation == 0.5
+    trade = setup.cell_params(Cell("trade-offs", 0.0, 300), 1)
+    assert trade.effect_mixture.tradeoff_harm == (0.3, 0.8)
+    assert trade.effect_mixture.harm_target == setup.params.effect_mixture.harm_target
+    with pytest.raises(SystemExit, match="unknown world"):
+        setup.cell_params(Cell("mars", 0.0, 300), 1)
+
+
+def test_harm_is_scored_with_the_contract_tolerance(setup):
+    world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
+    run = SimRun(world, [], 10, "t", [1, 2], tolerance=np.array([0.3, 0.6]))
+    assert run.harms(np.array([0.0, 0.31, 0.0]))
+    assert not run.harms(np.array([0.0, 0.29, 0.59]))
+    assert run.harms(np.array([-1.0, 0.0, 0.61]))
+    with pytest.raises(ValueError, match="tolerances"):
+        SimRun(world, [], 10, "t", [1, 2])
+
+
+def test_every_grid_world_runs(setup):
+    for world in gates.GRID_WORLDS:
+        out = simulate_run(setup, Cell(world, 0.0, 40), run=2)
+        assert out["loop_gate"].used <= 40, world

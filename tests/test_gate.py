@@ -29,7 +29,10 @@ from gate import (
 from loop.contract import Promotion
 
 DIMS = ["t", "c1", "c2", "a1", "a2"]
-PROMO = Promotion(target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"])
+# harm tolerance 0.5 keeps the legs' margin at the contract's critical_margin in these tests
+PROMO = Promotion(
+    target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"], harm_tolerance=0.5
+)
 NOISE = NoiseEstimate(sigma={d: 0.8 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40)
 ALPHA_J = 0.1 / 24
 
@@ -312,3 +315,20 @@ def test_paired_margin_gate_judges_only_the_full_sample():
     rows = [(-5.0, -1.0), (2.0, -1.0), (2.0, -1.0), (1.5, -1.0)]  # target mean +0.125
     early_luck = [rs(t=t, c=c, a=c) for t, c in rows]
     assert gate.confirm(early_luck).verdict == "revert"
+
+
+def test_ni_margin_is_derived_from_the_harm_tolerance_and_never_larger():
+    promo = PROMO.model_copy(update={"critical_margin_sd": None, "harm_tolerance": {"c1": 0.3, "c2": 0.8}})
+    assert critical_margin(promo, NOISE, "c1") == pytest.approx(0.3)
+    assert critical_margin(promo, NOISE, "c2") == pytest.approx(0.5)  # capped by critical_margin
+    half = promo.model_copy(update={"harm_margin_share": 0.5})
+    assert critical_margin(half, NOISE, "c1") == pytest.approx(0.15)
+    for dim in ("c1", "c2"):
+        assert critical_margin(half, NOISE, dim) <= half.tolerance(dim)
+
+
+def test_harm_tolerance_must_name_the_critical_dims():
+    with pytest.raises(ValueError, match="exactly the critical dimensions"):
+        Promotion(target_dimensions=["t"], critical_dimensions=["c1", "c2"], harm_tolerance={"c1": 0.3})
+    with pytest.raises(ValueError, match="> 0"):
+        Promotion(target_dimensions=["t"], critical_dimensions=["c1"], harm_tolerance=0.0)
