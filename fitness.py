@@ -28,6 +28,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
 
+from loop.contract import Promotion
+
 # Scores are integers averaged over ~10 seeds: a dimension pinned at the floor in every A/A
 # pair gives a pooled SD of exactly 0, which would make any nonzero difference an infinite
 # statistic. The floor is far below any real between-round SD (0.6-0.9 points).
@@ -104,12 +106,15 @@ def paired_round(
     dims: Sequence[str],
     min_coverage: float,
     missing: Literal["drop", "bound"] = "drop",
+    trim: Mapping[str, float] | None = None,
 ) -> RoundStat:
     """Paired round statistic from two concurrent audits' score matrices.
 
     A dimension with fewer than `min_coverage * n_seeds` seeds scored in both arms gets
     diff None: it is unknown for this round, not zero. With `missing="bound"` the candidate's
     missing cells are bounded first (`bound_missing`); coverage counts only real scores.
+    `trim` maps a dimension to the share of seed differences cut at each end before the mean
+    (a robust location for heavy-tailed audits; the noise pool sees the same statistic).
     """
     candidate = np.asarray(candidate, dtype=float)
     champion = np.asarray(champion, dtype=float)
@@ -132,6 +137,8 @@ def paired_round(
         level_mean = np.where(both, champion, 0.0).sum(axis=0) / n
         resid = np.where(both, d - mean, 0.0)
         sd = np.sqrt((resid**2).sum(axis=0) / (n - 1))
+    for k, share in _trimmed(dims, trim):
+        mean[k] = stats.trim_mean(d[both[:, k], k], share) if n[k] else mean[k]
     ok = scored >= need
     diff: dict[str, float | None] = {}
     se: dict[str, float | None] = {}
@@ -143,6 +150,18 @@ def paired_round(
     n_seeds = {dim: int(n[k]) for k, dim in enumerate(dims)}
     bounded = {dim: int(imputed[k]) for k, dim in enumerate(dims) if imputed[k]}
     return RoundStat(diff=diff, n_seeds=n_seeds, se=se, level=level, imputed=bounded)
+
+
+def _trimmed(dims: Sequence[str], trim: Mapping[str, float] | None) -> list[tuple[int, float]]:
+    return [(k, trim[dim]) for k, dim in enumerate(dims) if trim and trim.get(dim, 0.0) > 0.0]
+
+
+def paired_round_for(
+    candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str], promotion: Promotion
+) -> RoundStat:
+    """`paired_round` with the contract's coverage, missing-data policy and target trim."""
+    trim = {d: promotion.target_trim for d in promotion.target_dimensions}
+    return paired_round(candidate, champion, dims, promotion.min_seed_coverage, promotion.missing_policy, trim)
 
 
 class NoiseEstimate(BaseModel):

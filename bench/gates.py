@@ -313,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n"
         print(block, flush=True)
         out.append(block)
-    validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion.calibration_pairs, reps, SEED)
+    validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion, reps, SEED)
     block = (
         f"## Type-I of the confirmation test (pure null, target leg only, "
         f"{setup.promotion.calibration_pairs} A/A pairs, K = 12, {reps} replicates)\n\n"

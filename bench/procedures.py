@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bench.simrun import SimRun
-from fitness import NoisePool, RoundStat, paired_round
+from fitness import NoisePool, RoundStat, paired_round_for
 from gate import (
     ErrorBudget,
     SequentialPairedGate,
@@ -158,7 +158,7 @@ def run_oracle(run: SimRun, _settings: object) -> None:
 
 def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, promo: Promotion) -> RoundStat:
     a, b = run.audit_pair(cand, champ)
-    stat = paired_round(a, b, run.world.dims, promo.min_seed_coverage, promo.missing_policy)
+    stat = paired_round_for(a, b, run.world.dims, promo)
     run.notes["bounded_cells"] = run.notes.get("bounded_cells", 0) + sum(stat.imputed.values())
     return stat
 

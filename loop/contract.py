@@ -137,6 +137,11 @@ class Promotion(_Strict):
     # drop: compare only seeds scored in both arms; bound: a seed the champion arm scored and
     # the candidate arm did not counts as the candidate's worst score on that dim in the round
     missing_policy: Literal["drop", "bound"] = "drop"
+    # Lan-DeMets spending per leg kind: obf (O'Brien-Fleming type) or pocock (spends early)
+    target_spending: Literal["obf", "pocock"] = "obf"
+    ni_spending: Literal["obf", "pocock"] = "obf"
+    # target leg's per-round statistic: mean over seeds, trimmed by this share at each end
+    target_trim: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
 
     def tolerance(self, dim: str) -> float:
         """The harm tolerance of a critical dimension (points, lower scores are better)."""

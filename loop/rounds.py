@@ -178,12 +178,11 @@ class RoundRunner:
             )
             self._note_gap(arm)
             return None
-        stat = fitness.paired_round(
+        stat = fitness.paired_round_for(
             fitness.score_matrix(a.scores, self.ctx.seed_ids, self.ctx.dimensions),
             fitness.score_matrix(b.scores, self.ctx.seed_ids, self.ctx.dimensions),
             self.ctx.dimensions,
-            self.ctx.contract.promotion.min_seed_coverage,
-            self.ctx.contract.promotion.missing_policy,
+            self.ctx.contract.promotion,
         )
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}

@@ -149,3 +149,12 @@ def test_bounded_missing_keeps_coverage_on_real_scores():
     champ = np.full((4, 1), 3.0)
     cand = np.array([[2.0], [np.nan], [np.nan], [np.nan]])
     assert paired_round(cand, champ, ["t"], 0.5, missing="bound").diff["t"] is None
+
+
+def test_trim_makes_the_target_statistic_robust_to_one_wild_seed():
+    champ = np.full((10, 2), 3.0)
+    cand = np.full((10, 2), 2.0)
+    cand[0] = 10.0  # one seed's judge went wild on both dims
+    r = paired_round(cand, champ, ["t", "c"], 0.7, trim={"t": 0.2})
+    assert r.diff["t"] == pytest.approx(-1.0)  # trimmed: the outlier is cut
+    assert r.diff["c"] == pytest.approx((7.0 - 9.0) / 10)  # untrimmed dims keep the plain mean

@@ -332,3 +332,20 @@ def test_harm_tolerance_must_name_the_critical_dims():
         Promotion(target_dimensions=["t"], critical_dimensions=["c1", "c2"], harm_tolerance={"c1": 0.3})
     with pytest.raises(ValueError, match="> 0"):
         Promotion(target_dimensions=["t"], critical_dimensions=["c1"], harm_tolerance=0.0)
+
+
+@pytest.mark.parametrize("alpha,looks", [(0.2, 16), (0.05, 12)])
+def test_pocock_boundaries_spend_alpha_and_cross_earlier_than_obf(alpha, looks):
+    rng = np.random.default_rng(4)
+    m = 200_000
+    z = np.cumsum(rng.standard_normal((m, looks)), axis=1) / np.sqrt(np.arange(1, looks + 1))
+    pocock = np.array(obf_boundaries(alpha, looks, "pocock"))
+    assert abs(np.mean(np.any(z <= -pocock, axis=1)) - alpha) < 4 * math.sqrt(alpha * (1 - alpha) / m)
+    obf = np.array(obf_boundaries(alpha, looks))
+    assert pocock[0] < obf[0] and pocock[-1] > obf[-1]  # spends early, pays at the last look
+
+
+def test_legs_take_their_spending_from_the_contract():
+    promo = PROMO.model_copy(update={"ni_spending": "pocock"})
+    kinds = {lg.kind: lg.spending for lg in build_legs(promo, NOISE, ALPHA_J)}
+    assert kinds == {"target": "obf", "critical": "pocock", "auxiliary": "pocock"}
