@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import ValidationError
 
 import prepare
+from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
 from bench.metrics import Row, aggregate, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
@@ -80,6 +81,7 @@ CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
 CERTIFY_AUDITS = 40
 METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
 VARIANTS = ("loop_gate_elond", "loop_gate_certified", "loop_gate_unlatched")
+LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
 # Acceptance (issue 4): final true target change of the loop's gate at budget 300.
 TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
 SD_WORLDS, SD_PAIRS = 40, 50
@@ -188,6 +190,8 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
     if method == "loop_gate_certified":
         settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=CERTIFY_AUDITS)
         return PROCEDURES["loop_gate"], settings
+    if method in LEVERS:
+        return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
         return PROCEDURES["random"], np.random.default_rng(np.random.SeedSequence([SEED, run, 2]))
     return PROCEDURES[method], None
@@ -275,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument("--rhos", type=float, nargs="+", default=list(CORRELATIONS))
     ap.add_argument("--variants", action="store_true", help="add e-LOND and certified loop gates")
-    ap.add_argument("--methods", nargs="+", choices=METHODS + VARIANTS, help="run only these")
+    ap.add_argument("--methods", nargs="+", choices=METHODS + VARIANTS + LEVERS, help="run only these")
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")

@@ -43,7 +43,7 @@ class Decision:
     kind: str
     delta: np.ndarray  # true change per dim had the candidate been kept (lower is better)
     kept: bool
-    audits: int
+    audits: float  # a shared champion audit is split over the candidates it served
 
 
 @dataclass
@@ -99,7 +99,15 @@ class SimRun:
         """True change per dim if `change` were applied to the current champion."""
         return self.world.expected_scores(self.theta + change) - self._champion_q
 
-    def decide(self, cand: Candidate, kept: bool, audits: int) -> None:
+    def audit_group(self, thetas: list[np.ndarray]) -> list[np.ndarray]:
+        """Concurrent audits of several policies: same tick, one shared pair key (CRN)."""
+        pair = self._key("group")
+        tick = self.used
+        out = [self.world.audit(theta, tick, pair, f"{pair}:{i}") for i, theta in enumerate(thetas)]
+        self.used += len(thetas)
+        return out
+
+    def decide(self, cand: Candidate, kept: bool, audits: float) -> None:
         self.decisions.append(Decision(cand.kind, self.true_delta(cand.field), kept, audits))
         if kept:
             self.set_champion(self.theta + cand.field)
@@ -123,7 +131,7 @@ class RunSummary:
 
     decisions: int
     keeps: int
-    audits: int  # audits spent on candidate decisions (calibration excluded)
+    audits: float  # audits spent on candidate decisions (calibration excluded)
     used: int
     false_keep: bool  # any KEEP with true target change >= 0
     harmful_keep: bool  # any KEEP worsening a critical dim by more than its harm tolerance
@@ -152,7 +160,7 @@ def summarize(run: SimRun) -> RunSummary:
     return RunSummary(
         decisions=len(run.decisions),
         keeps=int(kept.sum()),
-        audits=int(sum(d.audits for d in run.decisions)),
+        audits=float(sum(d.audits for d in run.decisions)),
         used=run.used,
         false_keep=bool((kept & null).any()),
         harmful_keep=bool((kept & harm).any()),

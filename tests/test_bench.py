@@ -162,3 +162,31 @@ def test_every_grid_world_runs(setup):
     for world in gates.GRID_WORLDS:
         out = simulate_run(setup, Cell(world, 0.0, 40), run=2)
         assert out["loop_gate"].used <= 40, world
+
+
+def test_many_to_one_rounds_share_the_champion_audit_and_stay_in_budget(setup):
+    from bench.manytoone import ManyToOneSettings, run_many_to_one
+
+    cell = Cell("calibrated", 0.0, 120)
+    world = World(setup.cell_params(cell, 4), setup.dims, setup.n_seeds)
+    promo = setup.cell_promotion(cell)
+    rng = np.random.default_rng(4)
+    cands = gates.candidate_stream(world, rng, 200, setup.dims[0], promo.critical_dimensions)
+    crit, tol = [1, 2, 3, 4], np.full(4, 0.3)
+    runs = {}
+    for slots in (1, 3):
+        run = SimRun(world, cands, 120, f"m{slots}", crit, tol)
+        run_many_to_one(run, ManyToOneSettings(promo, slots))
+        assert run.used <= 120 and run.notes["alpha_spent"] <= promo.alpha_run + 1e-12
+        runs[slots] = run
+    one, three = runs[1].decisions, runs[3].decisions
+    assert all(d.audits % 2 == 0 for d in one)  # one candidate per round: 2 audits a round
+    assert any(d.audits % 2 != 0 for d in three)  # shared champion: 4/3 audits a round
+    spent = sum(d.audits for d in three) + runs[3].notes["calibration_audits"]
+    assert spent == pytest.approx(runs[3].used)
+    assert len(three) > len(one)  # cheaper comparisons decide more candidates
+    with pytest.raises(ValueError, match="fwer"):
+        run_many_to_one(
+            SimRun(world, cands, 120, "e", crit, tol),
+            ManyToOneSettings(promo.model_copy(update={"error_control": "elond"})),
+        )
