@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 import prepare
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
-from bench.metrics import Row, aggregate, format_table
+from bench.metrics import Row, WaldPoint, aggregate, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import format_validity, validity_table
@@ -235,7 +235,9 @@ def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> dict[
     tables = {}
     for cell in cells:
         sd = paired_sd(setup, cell)
-        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd) for m in setup.methods]
+        promo = setup.cell_promotion(cell)
+        point = WaldPoint(promo.alpha_run / promo.max_confirmations, 0.2, promo.futility_effect, promo.replicate_k)
+        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, point) for m in setup.methods]
     return tables
 
 

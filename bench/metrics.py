@@ -9,11 +9,14 @@ All metrics are against the simulated truth (`World.expected_scores`), lower is 
   stored baselines excluded, as in the research note);
 - final target change and worst critical change of the final champion vs the start;
 - P(final worse): final target change > 0 or a critical change above its tolerance;
-- Wald ratio: audits per decision / the Wald-Wolfowitz lower bound on expected audits per
-  decision for any sequential test with the procedure's own in-stream false-KEEP rate and
-  miss rate, on paired rounds (2 audits) of the measured SD, at the mean true improvement of
-  the good candidates it decided. Not shown ("-") when the bound is below 0.1 audits
-  (a procedure no better than a coin, such as the random arm).
+- Wald ratio: all audits the procedure spent (calibration included) / the sum over its
+  decisions of the Wald-Wolfowitz lower bound on expected audits for that one decision, at
+  that candidate's own true target change, for a sequential test on paired rounds (2 audits)
+  of the measured SD at a useful operating point: alpha per test = alpha_run / J_max and
+  beta = 0.2. A good candidate (better, no harm) needs the KEEP bound at its own effect; any
+  other needs the REVERT bound against the design effect d (futility_effect), moved by its
+  own harm. Each bound is capped at the K-round truncation (2K audits): a truncated test
+  cannot buy power 0.8 on a vanishing effect. 1.0 = no audit wasted against that ideal.
 """
 
 from __future__ import annotations
@@ -60,7 +63,27 @@ class Row:
         return self.false_keep_run <= alpha_run and self.p_worse <= P_WORSE_LIMIT
 
 
-def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float) -> Row:
+@dataclass(frozen=True)
+class WaldPoint:
+    """The operating point of the per-decision Wald bound."""
+
+    alpha: float  # per test: alpha_run / J_max
+    beta: float
+    design_effect: float  # d of the futility rule: the alternative a REVERT is tested against
+    looks: int  # K: each bound is capped at 2K audits
+
+    def audits(self, effect: float, good: bool, sd: float) -> float:
+        """Lower bound on the audits one decision on a candidate of true `effect` needs."""
+        if good:
+            shift = -effect  # improvement (effect < 0)
+            bound = wald_bound_rounds(self.alpha, self.beta, shift, sd)[1]
+        else:
+            shift = self.design_effect + max(effect, 0.0)
+            bound = wald_bound_rounds(self.alpha, self.beta, shift, sd)[0]
+        return 2 * min(bound, self.looks)
+
+
+def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, point: WaldPoint | None = None) -> Row:
     decisions = sum(r.decisions for r in runs)
     audits = sum(r.audits for r in runs)
     final_t = np.array([r.final_target for r in runs])
@@ -80,26 +103,17 @@ def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float) -> Row:
         final_target_se=float(final_t.std(ddof=1) / math.sqrt(len(runs))) if len(runs) > 1 else 0.0,
         final_critical=float(final_c.mean()),
         p_worse=float(np.mean((final_t > 0) | np.array([r.final_harm for r in runs]))),
-        wald_ratio=_wald_ratio(runs, per_decision, sd_round),
+        wald_ratio=_wald_ratio(runs, sd_round, point) if point else float("nan"),
         alpha_spent=float(np.mean([r.alpha_spent for r in runs])),
         certified=float(np.mean(certified)) if certified else float("nan"),
     )
 
 
-def _wald_ratio(runs: Sequence[RunSummary], per_decision: float, sd_round: float) -> float:
-    n_null = sum(r.null_decisions for r in runs)
-    n_good = sum(r.good_decisions for r in runs)
-    n_all = sum(r.decisions for r in runs)
-    if not (n_null and n_good and n_all):
-        return float("nan")
-    alpha = max(sum(r.null_keeps for r in runs), 0.5) / n_null  # half a count if none
-    beta = min(max(1 - sum(r.good_keeps for r in runs) / n_good, 1e-3), 1 - 1e-3)
-    effect = sum(r.good_effect_sum for r in runs) / n_good
-    if alpha + beta >= 1:
-        return float("nan")  # no better than a coin: the bound is 0
-    e0, e1 = wald_bound_rounds(alpha, beta, effect, sd_round)
-    bound = 2 * (n_null * e0 + n_good * e1) / n_all
-    return per_decision / bound if bound >= MIN_WALD_AUDITS else float("nan")
+def _wald_ratio(runs: Sequence[RunSummary], sd_round: float, point: WaldPoint) -> float:
+    """Audits spent (calibration included) / the sum of per-decision Wald bounds."""
+    bound = sum(point.audits(e, g, sd_round) for r in runs for e, g in zip(r.effects, r.good, strict=True))
+    spent = sum(r.used for r in runs)
+    return spent / bound if bound >= MIN_WALD_AUDITS * max(1, len(runs)) else float("nan")
 
 
 HEADER = (
@@ -111,7 +125,10 @@ HEADER = (
 def format_table(rows: Sequence[Row], alpha_run: float) -> str:
     lines = [HEADER, "|" + "---|" * 13]
     for r in rows:
-        wald = "-" if math.isnan(r.wald_ratio) else f"{r.wald_ratio:.1f}"
+        # the bound presumes the operating point's error rates: not shown for a procedure
+        # whose run-level false-KEEP rate is above alpha_run (it does not meet them)
+        hide = math.isnan(r.wald_ratio) or r.false_keep_run > alpha_run
+        wald = "-" if hide else f"{r.wald_ratio:.1f}"
         spent = f"{r.alpha_spent:.3f}" if r.alpha_spent else "-"
         lines.append(
             f"| {r.method} | {r.decisions:.0f} | {r.audits_per_decision:.2f} | {r.keeps:.2f} "

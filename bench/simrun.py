@@ -146,6 +146,9 @@ class RunSummary:
     final_harm: bool = False  # final champion worse than a critical dim's tolerance
     alpha_spent: float = 0.0
     bounded_cells: int = 0  # candidate-missing cells bounded (missing_policy bound)
+    # per decided candidate: true target change, and whether it is good (better, no harm)
+    effects: tuple[float, ...] = ()
+    good: tuple[bool, ...] = ()
     certified: bool | None = None  # outcome of the final certification, if one ran
 
 
@@ -175,5 +178,7 @@ def summarize(run: SimRun) -> RunSummary:
         final_harm=run.harms(final),
         alpha_spent=float(run.notes.get("alpha_spent", 0.0)),
         bounded_cells=int(run.notes.get("bounded_cells", 0)),
+        effects=tuple(float(x) for x in d_t),
+        good=tuple(bool(x) for x in good),
         certified=bool(run.notes["certified"]) if "certified" in run.notes else None,
     )

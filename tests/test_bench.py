@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from bench import gates
 from bench.gates import Cell, load_setup, simulate_run
-from bench.metrics import aggregate, wald_bound_rounds
+from bench.metrics import WaldPoint, aggregate, wald_bound_rounds
 from bench.simrun import RunSummary, SimRun
 from bench.validity import null_promotion, one_replicate
 from sil_runtime.sim.world import World
@@ -89,12 +88,15 @@ def _summary(false_keep: bool, final_target: float, final_critical: float) -> Ru
         good_keeps=1,
         good_effect_sum=1.5,
         final_harm=final_critical > 0.3,
+        effects=(-0.5, -0.5, -0.5, 0.0, 0.0, 0.2, 0.3, 0.0, 0.0, 0.0),
+        good=(True, True, True, False, False, False, False, False, False, False),
     )
 
 
 def test_aggregate_scores_admissibility_against_the_truth():
     runs = [_summary(i == 0, -0.5, 0.0) for i in range(20)]
-    row = aggregate("g", runs, sd_round=0.84)
+    point = WaldPoint(alpha=0.1 / 24, beta=0.2, design_effect=0.5, looks=16)
+    row = aggregate("g", runs, sd_round=0.84, point=point)
     assert row.false_keep_run == pytest.approx(0.05) and row.p_worse == 0
     assert row.admissible(0.1) and not row.admissible(0.01)
     worse = [_summary(False, 0.1 if i < 3 else -0.5, 0.0) for i in range(20)]
@@ -102,7 +104,17 @@ def test_aggregate_scores_admissibility_against_the_truth():
     assert not aggregate("g", worse, 0.84).admissible(0.1)
     harm = [_summary(False, -0.5, 0.31 if i < 3 else 0.2) for i in range(20)]
     assert aggregate("g", harm, 0.84).p_worse == pytest.approx(0.15)
-    assert math.isfinite(row.wald_ratio) and row.audits_per_decision == 2.0
+    assert row.audits_per_decision == 2.0
+    per_run = sum(point.audits(e, g, 0.84) for e, g in zip(runs[0].effects, runs[0].good, strict=True))
+    assert row.wald_ratio == pytest.approx(20 / per_run)
+
+
+def test_wald_point_charges_good_candidates_at_their_own_effect():
+    point = WaldPoint(alpha=0.1 / 24, beta=0.2, design_effect=0.5, looks=16)
+    assert point.audits(-0.8, True, 0.836) == pytest.approx(17, rel=0.03)  # research note value
+    assert point.audits(-0.5, True, 0.836) == pytest.approx(32)  # 43 audits, capped at 2K
+    assert point.audits(-0.8, True, 0.836) < point.audits(-0.5, True, 0.836)
+    assert point.audits(0.5, False, 0.836) < point.audits(0.0, False, 0.836)  # harm is quick to refute
 
 
 def test_validity_replicate_tests_both_levels_on_a_null(setup):
