@@ -85,6 +85,7 @@ LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4"
 # Acceptance (issue 4): final true target change of the loop's gate at budget 300.
 TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
 SD_WORLDS, SD_PAIRS = 40, 50
+WALD_EFFECTS = (0.3, 0.5, 0.8)
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,9 @@ def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterat
             yield setup, cell, list(range(start, min(runs, start + chunk)))
 
 
-def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> dict[Cell, list[Row]]:
+def run_grid(
+    setup: Setup, cells: Sequence[Cell], runs: int, jobs: int
+) -> tuple[dict[Cell, list[Row]], dict[Cell, float]]:
     results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
     tasks = list(_tasks(setup, cells, runs, chunk=max(1, min(25, runs // 4 or 1))))
     if jobs > 1:
@@ -232,13 +235,27 @@ def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> dict[
         for task in tasks:
             cell, out = _work(task)
             results[cell].extend(out)
-    tables = {}
+    tables, sds = {}, {}
     for cell in cells:
         sd = paired_sd(setup, cell)
         promo = setup.cell_promotion(cell)
-        point = WaldPoint(promo.alpha_run / promo.max_confirmations, 0.2, promo.futility_effect, promo.replicate_k)
-        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, point) for m in setup.methods]
-    return tables
+        design = (promo.futility_effect, promo.replicate_k)
+        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, design) for m in setup.methods]
+        sds[cell] = sd
+    return tables, sds
+
+
+def wald_reference(setup: Setup, cell: Cell, sd: float) -> str:
+    """Wald's bound at the useful operating point: alpha per test = alpha_run / J_max, beta 0.2."""
+    promo = setup.cell_promotion(cell)
+    alpha = promo.alpha_run / promo.max_confirmations
+    point = WaldPoint(alpha, 0.2, promo.futility_effect, 10**6)  # uncapped: the ideal test
+    cells = ", ".join(f"{e} -> {point.audits(-e, True, sd):.0f}" for e in WALD_EFFECTS)
+    null = point.audits(0.0, False, sd)
+    return (
+        f"Wald bound (alpha per test {alpha:.4f}, beta 0.2, paired-round SD {sd:.2f}): audits to KEEP "
+        f"an improvement of {cells}; to REVERT a null vs d = {promo.futility_effect}: {null:.0f}"
+    )
 
 
 def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> list[str]:
@@ -314,9 +331,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "",
     ]
     print("\n".join(out), flush=True)
-    tables = run_grid(setup, cells, runs, args.jobs)
+    tables, sds = run_grid(setup, cells, runs, args.jobs)
     for cell in cells:
-        block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n"
+        block = (
+            f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n\n{wald_reference(setup, cell, sds[cell])}\n"
+        )
         print(block, flush=True)
         out.append(block)
     validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion, reps, SEED)

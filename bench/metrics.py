@@ -11,12 +11,15 @@ All metrics are against the simulated truth (`World.expected_scores`), lower is 
 - P(final worse): final target change > 0 or a critical change above its tolerance;
 - Wald ratio: all audits the procedure spent (calibration included) / the sum over its
   decisions of the Wald-Wolfowitz lower bound on expected audits for that one decision, at
-  that candidate's own true target change, for a sequential test on paired rounds (2 audits)
-  of the measured SD at a useful operating point: alpha per test = alpha_run / J_max and
-  beta = 0.2. A good candidate (better, no harm) needs the KEEP bound at its own effect; any
-  other needs the REVERT bound against the design effect d (futility_effect), moved by its
-  own harm. Each bound is capped at the K-round truncation (2K audits): a truncated test
-  cannot buy power 0.8 on a vanishing effect. 1.0 = no audit wasted against that ideal.
+  that candidate's own true target change, for any sequential test on paired rounds
+  (2 audits) of the measured SD with the procedure's own in-stream false-KEEP rate (per null
+  decision) and miss rate (per good decision). A good candidate (better, no harm) needs the
+  KEEP bound at its own effect; any other the REVERT bound against the design effect d
+  (futility_effect), moved by its own harm. Each bound is capped at the K-round truncation
+  (2K audits). 1.0 = no audit wasted for the error rates achieved. Not shown ("-") when the
+  procedure is no better than a coin (alpha + beta >= 1) or above alpha_run in false KEEPs.
+- `WaldPoint.audits` at alpha per test = alpha_run / J_max and beta = 0.2 is the useful
+  operating point the bench prints for reference (what a powerful test would need).
 """
 
 from __future__ import annotations
@@ -83,7 +86,18 @@ class WaldPoint:
         return 2 * min(bound, self.looks)
 
 
-def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, point: WaldPoint | None = None) -> Row:
+def in_stream_point(runs: Sequence[RunSummary], design_effect: float, looks: int) -> WaldPoint | None:
+    """The procedure's own error rates as a Wald operating point, or None if no better than a coin."""
+    n_null = sum(r.null_decisions for r in runs)
+    n_good = sum(r.good_decisions for r in runs)
+    if not (n_null and n_good):
+        return None
+    alpha = max(sum(r.null_keeps for r in runs), 0.5) / n_null  # half a count if none
+    beta = min(max(1 - sum(r.good_keeps for r in runs) / n_good, 1e-3), 1 - 1e-3)
+    return WaldPoint(alpha, beta, design_effect, looks) if alpha + beta < 1 else None
+
+
+def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, design: tuple[float, int] = (0.5, 16)) -> Row:
     decisions = sum(r.decisions for r in runs)
     audits = sum(r.audits for r in runs)
     final_t = np.array([r.final_target for r in runs])
@@ -103,14 +117,16 @@ def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, point: W
         final_target_se=float(final_t.std(ddof=1) / math.sqrt(len(runs))) if len(runs) > 1 else 0.0,
         final_critical=float(final_c.mean()),
         p_worse=float(np.mean((final_t > 0) | np.array([r.final_harm for r in runs]))),
-        wald_ratio=_wald_ratio(runs, sd_round, point) if point else float("nan"),
+        wald_ratio=_wald_ratio(runs, sd_round, in_stream_point(runs, *design)),
         alpha_spent=float(np.mean([r.alpha_spent for r in runs])),
         certified=float(np.mean(certified)) if certified else float("nan"),
     )
 
 
-def _wald_ratio(runs: Sequence[RunSummary], sd_round: float, point: WaldPoint) -> float:
+def _wald_ratio(runs: Sequence[RunSummary], sd_round: float, point: WaldPoint | None) -> float:
     """Audits spent (calibration included) / the sum of per-decision Wald bounds."""
+    if point is None:
+        return float("nan")
     bound = sum(point.audits(e, g, sd_round) for r in runs for e, g in zip(r.effects, r.good, strict=True))
     spent = sum(r.used for r in runs)
     return spent / bound if bound >= MIN_WALD_AUDITS * max(1, len(runs)) else float("nan")

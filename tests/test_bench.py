@@ -9,7 +9,7 @@ import pytest
 
 from bench import gates
 from bench.gates import Cell, load_setup, simulate_run
-from bench.metrics import WaldPoint, aggregate, wald_bound_rounds
+from bench.metrics import WaldPoint, aggregate, in_stream_point, wald_bound_rounds
 from bench.simrun import RunSummary, SimRun
 from bench.validity import null_promotion, one_replicate
 from sil_runtime.sim.world import World
@@ -95,8 +95,9 @@ def _summary(false_keep: bool, final_target: float, final_critical: float) -> Ru
 
 def test_aggregate_scores_admissibility_against_the_truth():
     runs = [_summary(i == 0, -0.5, 0.0) for i in range(20)]
-    point = WaldPoint(alpha=0.1 / 24, beta=0.2, design_effect=0.5, looks=16)
-    row = aggregate("g", runs, sd_round=0.84, point=point)
+    row = aggregate("g", runs, sd_round=0.84)
+    point = in_stream_point(runs, 0.5, 16)
+    assert point.alpha == pytest.approx(1 / 100) and point.beta == pytest.approx(2 / 3)
     assert row.false_keep_run == pytest.approx(0.05) and row.p_worse == 0
     assert row.admissible(0.1) and not row.admissible(0.01)
     worse = [_summary(False, 0.1 if i < 3 else -0.5, 0.0) for i in range(20)]
