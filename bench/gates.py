@@ -81,6 +81,14 @@ CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
 CERTIFY_AUDITS = 40
 METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
 VARIANTS = ("loop_gate_elond", "loop_gate_certified", "loop_gate_unlatched")
+# Gate variants as promotion overrides. "before" is the gate as it was before the harm
+# tolerance drove the margin (NI margin 0.5) and before the default changes; the bench still
+# scores harm with the contract's tolerance.
+OVERRIDES: dict[str, dict[str, object]] = {
+    "loop_gate_before": {"harm_tolerance": 0.5, "futility_effect": 0.5, "min_seed_coverage": 0.7},
+    "loop_gate_trim": {"target_trim": 0.2},
+    "loop_gate_bound": {"missing_policy": "bound"},
+}
 LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
 # Acceptance (issue 4): final true target change of the loop's gate at budget 300.
 TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
@@ -191,6 +199,9 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
     if method == "loop_gate_certified":
         settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=CERTIFY_AUDITS)
         return PROCEDURES["loop_gate"], settings
+    if method in OVERRIDES:
+        promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
+        return PROCEDURES["loop_gate"], LoopGateSettings(promo)
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
@@ -298,7 +309,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument("--rhos", type=float, nargs="+", default=list(CORRELATIONS))
     ap.add_argument("--variants", action="store_true", help="add e-LOND and certified loop gates")
-    ap.add_argument("--methods", nargs="+", choices=METHODS + VARIANTS + LEVERS, help="run only these")
+    ap.add_argument(
+        "--methods", nargs="+", choices=METHODS + VARIANTS + LEVERS + tuple(OVERRIDES), help="run only these"
+    )
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")

@@ -114,11 +114,12 @@ class Promotion(_Strict):
     alpha_noninferiority: Annotated[float, Field(gt=0, lt=1)] = 0.2
     max_confirmations: Annotated[int, Field(ge=1, le=10_000)] = 24
     error_control: Literal["fwer", "elond"] = "fwer"
-    min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.7
+    # a round compares a dimension when at least this share of seeds is scored in both arms
+    min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.5
     # Sequential paired gate settings (gate.py; research note stats-gate.md section 3.8).
     screen_sd: Annotated[float, Field(ge=0)] = 0.3  # screen: target diff <= -screen_sd * sigma
     screen_critical_sd: Annotated[float, Field(ge=0)] = 2.0  # and critical <= margin + k*sigma
-    futility_effect: Annotated[float, Field(gt=0)] = 0.5  # design effect d (points)
+    futility_effect: Annotated[float, Field(gt=0)] = 0.8  # design effect d (points)
     futility_beta: Annotated[float, Field(gt=0, lt=1)] = 0.1  # SPRT futility boundary
     harm_veto_beta: Annotated[float, Field(gt=0, lt=1)] = 0.01  # per critical dimension
     cp_floor: Annotated[float, Field(ge=0, lt=1)] = 0.05  # revert below this conditional power
