@@ -90,8 +90,8 @@ OVERRIDES: dict[str, dict[str, object]] = {
     "loop_gate_bound": {"missing_policy": "bound"},
 }
 LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
-# Acceptance (issue 4): final true target change of the loop's gate at budget 300.
-TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
+# Acceptance (issue 10): final true target change of the loop's gate at budget 300.
+TARGET_GAIN = {0.0: -0.8, 0.5: -1.0}
 SD_WORLDS, SD_PAIRS = 40, 50
 WALD_EFFECTS = (0.3, 0.5, 0.8)
 
