@@ -21,6 +21,9 @@ run: $(STAMP)
 	$(VENV)/bin/sil run
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest
 
 bench: $(STAMP)

@@ -22,11 +22,15 @@ candidate sets its own threshold.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats
+
+from loop.contract import Promotion
 
 # Scores are integers averaged over ~10 seeds: a dimension pinned at the floor in every A/A
 # pair gives a pooled SD of exactly 0, which would make any nonzero difference an infinite
@@ -79,17 +83,44 @@ class RoundStat(BaseModel):
     n_seeds: dict[str, int]  # seeds scored in both arms
     se: dict[str, float | None]  # within-round paired SE (diagnostic: ignores batch effects)
     level: dict[str, float | None] = {}  # champion mean, same seeds
+    imputed: dict[str, int] = {}  # candidate-missing cells bounded (missing="bound"), per dim
     label: str = ""
 
     def labelled(self, label: str) -> RoundStat:
         return self.model_copy(update={"label": label})
 
 
-def paired_round(candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str], min_coverage: float) -> RoundStat:
+def bound_missing(candidate: np.ndarray, champion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate matrix with each cell the champion arm scored and the candidate arm did not
+    set to the candidate's worst score on that dimension in this audit (never below the
+    champion's own cell), and the count of such cells per dimension.
+
+    Lower is better, so a missing candidate cell can only count against the candidate: when
+    failing seeds go unscored (missing not at random), dropping them would flatter it.
+    """
+    gap = np.isnan(candidate) & ~np.isnan(champion)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column has no worst score
+        worst = np.nanmax(candidate, axis=0)
+    fill = np.fmax(np.broadcast_to(worst, candidate.shape), champion)
+    return np.where(gap, fill, candidate), gap.sum(axis=0)
+
+
+def paired_round(
+    candidate: np.ndarray,
+    champion: np.ndarray,
+    dims: Sequence[str],
+    min_coverage: float,
+    missing: Literal["drop", "bound"] = "drop",
+    trim: Mapping[str, float] | None = None,
+) -> RoundStat:
     """Paired round statistic from two concurrent audits' score matrices.
 
     A dimension with fewer than `min_coverage * n_seeds` seeds scored in both arms gets
-    diff None: it is unknown for this round, not zero.
+    diff None: it is unknown for this round, not zero. With `missing="bound"` the candidate's
+    missing cells are bounded first (`bound_missing`); coverage counts only real scores.
+    `trim` maps a dimension to the share of seed differences cut at each end before the mean
+    (a robust location for heavy-tailed audits; the noise pool sees the same statistic).
     """
     candidate = np.asarray(candidate, dtype=float)
     champion = np.asarray(champion, dtype=float)
@@ -100,6 +131,10 @@ def paired_round(candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str
     if not 0 < min_coverage <= 1:
         raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
     need = max(1, math.ceil(min_coverage * candidate.shape[0] - 1e-9))
+    scored = (~np.isnan(candidate) & ~np.isnan(champion)).sum(axis=0)
+    imputed = np.zeros(len(dims), dtype=int)
+    if missing == "bound":
+        candidate, imputed = bound_missing(candidate, champion)
     both = ~np.isnan(candidate) & ~np.isnan(champion)
     n = both.sum(axis=0)
     d = np.where(both, candidate - champion, 0.0)
@@ -108,7 +143,9 @@ def paired_round(candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str
         level_mean = np.where(both, champion, 0.0).sum(axis=0) / n
         resid = np.where(both, d - mean, 0.0)
         sd = np.sqrt((resid**2).sum(axis=0) / (n - 1))
-    ok = n >= need
+    for k, share in _trimmed(dims, trim):
+        mean[k] = stats.trim_mean(d[both[:, k], k], share) if n[k] else mean[k]
+    ok = scored >= need
     diff: dict[str, float | None] = {}
     se: dict[str, float | None] = {}
     level: dict[str, float | None] = {}
@@ -117,7 +154,20 @@ def paired_round(candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str
         level[dim] = float(level_mean[k]) if ok[k] else None
         se[dim] = float(sd[k] / math.sqrt(n[k])) if ok[k] and n[k] >= 2 else None
     n_seeds = {dim: int(n[k]) for k, dim in enumerate(dims)}
-    return RoundStat(diff=diff, n_seeds=n_seeds, se=se, level=level)
+    bounded = {dim: int(imputed[k]) for k, dim in enumerate(dims) if imputed[k]}
+    return RoundStat(diff=diff, n_seeds=n_seeds, se=se, level=level, imputed=bounded)
+
+
+def _trimmed(dims: Sequence[str], trim: Mapping[str, float] | None) -> list[tuple[int, float]]:
+    return [(k, trim[dim]) for k, dim in enumerate(dims) if trim and trim.get(dim, 0.0) > 0.0]
+
+
+def paired_round_for(
+    candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str], promotion: Promotion
+) -> RoundStat:
+    """`paired_round` with the contract's coverage, missing-data policy and target trim."""
+    trim = {d: promotion.target_trim for d in promotion.target_dimensions}
+    return paired_round(candidate, champion, dims, promotion.min_seed_coverage, promotion.missing_policy, trim)
 
 
 class NoiseEstimate(BaseModel):

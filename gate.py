@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal, Protocol
 
@@ -48,6 +48,7 @@ ALPHA_GRID_RATIO = 1.02  # forecast alpha levels are rounded down onto this log 
 Verdict = Literal["continue", "keep", "revert"]
 GateStage = Literal["screen", "confirm", "certify"]
 LegKind = Literal["target", "critical", "auxiliary"]
+Spending = Literal["obf", "pocock"]
 
 
 # ---------------------------------------------------------------------------- boundaries
@@ -61,8 +62,19 @@ def obf_spending(alpha: float, looks: int) -> np.ndarray:
     return np.diff(cumulative)
 
 
+def pocock_spending(alpha: float, looks: int) -> np.ndarray:
+    """Lan-DeMets Pocock-type spending a*(t) = alpha ln(1 + (e - 1) t): spends early, so a
+    leg with ample evidence crosses in fewer rounds (at a higher last boundary than OBF)."""
+    t = np.arange(1, looks + 1) / looks
+    cumulative = np.concatenate([[0.0], alpha * np.log1p((math.e - 1) * t)])
+    return np.diff(cumulative)
+
+
+SPENDING = {"obf": obf_spending, "pocock": pocock_spending}
+
+
 @lru_cache(maxsize=1024)
-def obf_boundaries(alpha: float, looks: int) -> tuple[float, ...]:
+def obf_boundaries(alpha: float, looks: int, spending: Spending = "obf") -> tuple[float, ...]:
     """One-sided z boundaries c_1..c_K: reject H0 (mean >= 0) at look k if Z_k <= -c_k.
 
     Z_k = S_k / sqrt(k), S_k a sum of k iid N(0, 1) rounds. The crossing probability at each
@@ -76,7 +88,7 @@ def obf_boundaries(alpha: float, looks: int) -> tuple[float, ...]:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if looks < 1:
         raise ValueError(f"looks must be >= 1, got {looks}")
-    increments = obf_spending(alpha, looks)
+    increments = SPENDING[spending](alpha, looks)
     h = GRID_STEP
     half = GRID_HALF_WIDTH_SD * math.sqrt(looks) + stats.norm.isf(alpha / looks)
     grid = np.arange(-half, half + h / 2, h)
@@ -117,9 +129,9 @@ def _crossing_cut(mass: np.ndarray | None, grid: np.ndarray, target: float) -> f
 
 
 @lru_cache(maxsize=8192)
-def t_boundaries(alpha: float, looks: int, df: int | None) -> tuple[float, ...]:
-    """OBF boundaries moved to the t scale: c' = F^-1_{t,df}(Phi(c)). df None = known sigma."""
-    z = obf_boundaries(alpha, looks)
+def t_boundaries(alpha: float, looks: int, df: int | None, spending: Spending = "obf") -> tuple[float, ...]:
+    """Boundaries moved to the t scale: c' = F^-1_{t,df}(Phi(c)). df None = known sigma."""
+    z = obf_boundaries(alpha, looks, spending)
     if df is None:
         return z
     if df < 1:
@@ -187,6 +199,7 @@ class Leg:
     alpha: float
     sigma: float | None
     df: int | None
+    spending: Spending = "obf"
 
     def value(self, r: RoundStat) -> float | None:
         total = 0.0
@@ -205,10 +218,12 @@ def build_legs(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) 
     """Target, critical and auxiliary-composite legs with frozen sigma and df."""
     legs = []
     for dim in promotion.target_dimensions:
-        legs.append(_single(dim, "target", -promotion.superiority_margin, alpha_target, noise))
+        leg = _single(dim, "target", -promotion.superiority_margin, alpha_target, noise)
+        legs.append(replace(leg, spending=promotion.target_spending))
     for dim in promotion.critical_dimensions:
         margin = critical_margin(promotion, noise, dim)
-        legs.append(_single(dim, "critical", margin, promotion.alpha_noninferiority, noise))
+        leg = _single(dim, "critical", margin, promotion.alpha_noninferiority, noise)
+        legs.append(replace(leg, spending=promotion.ni_spending))
     aux = promotion.auxiliary_dimensions
     if aux:
         weights = {d: 1.0 / len(aux) for d in aux}
@@ -222,18 +237,20 @@ def build_legs(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) 
                 alpha=promotion.alpha_noninferiority,
                 sigma=sd[0] if sd else None,
                 df=sd[1] if sd else None,
+                spending=promotion.ni_spending,
             )
         )
     return legs
 
 
 def critical_margin(promotion: Promotion, noise: NoiseEstimate, dim: str) -> float:
-    """The NI margin for a critical dimension: the contract's, or tighter when the frozen
-    noise estimate is low enough (critical_margin_sd * sigma_c)."""
+    """The NI margin for a critical dimension, derived from its harm tolerance and never larger:
+    min(harm_margin_share * tolerance, critical_margin, critical_margin_sd * sigma_c)."""
+    margin = min(promotion.harm_margin_share * promotion.tolerance(dim), promotion.critical_margin)
     sigma = noise.sigma.get(dim)
     if promotion.critical_margin_sd is None or sigma is None:
-        return promotion.critical_margin
-    return min(promotion.critical_margin, promotion.critical_margin_sd * sigma)
+        return margin
+    return min(margin, promotion.critical_margin_sd * sigma)
 
 
 def _single(dim: str, kind: LegKind, null: float, alpha: float, noise: NoiseEstimate) -> Leg:
@@ -255,23 +272,25 @@ def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = 
     rejection is final); without, only if it is across its boundary at the current look.
     """
     xs: list[float] = []
-    total, crossed_at, stat, c = 0.0, None, None, None
-    usable = leg.sigma is not None and leg.df is not None
-    bounds = t_boundaries(leg.alpha, looks, leg.df) if usable else ()
+    total, stat, c = 0.0, 0.0, 0.0
+    crossed_at: int | None = None
+    sigma = leg.sigma
+    usable = sigma is not None and leg.df is not None
+    bounds = t_boundaries(leg.alpha, looks, leg.df, leg.spending) if usable else ()
     for i, r in enumerate(rounds, start=1):
         x = leg.value(r)
         if x is None:
             continue
         xs.append(x)
         total += x
-        if usable:
+        if sigma is not None and usable:
             n = len(xs)
-            stat = (total - n * leg.null) / (leg.sigma * math.sqrt(n))
+            stat = (total - n * leg.null) / (sigma * math.sqrt(n))
             c = bounds[min(n, looks) - 1]
             if crossed_at is None and stat <= -c:
                 crossed_at = i
     n = len(xs)
-    common = dict(
+    base = LegResult(
         dim=leg.name,
         kind=leg.kind,
         n=n,
@@ -280,16 +299,20 @@ def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = 
         alpha=leg.alpha,
         sigma=leg.sigma,
         df=leg.df,
+        statistic=None,
+        boundary=None,
+        passed=None,
     )
     if n == 0 or not usable:
-        return LegResult(statistic=None, boundary=None, passed=None, **common)
+        return base
     passed = crossed_at is not None if latch else stat <= -c
-    return LegResult(
-        statistic=stat,
-        boundary=-c,
-        passed=bool(passed),
-        crossed_at=crossed_at if latch else (len(rounds) if passed else None),
-        **common,
+    return base.model_copy(
+        update={
+            "statistic": stat,
+            "boundary": -c,
+            "passed": bool(passed),
+            "crossed_at": crossed_at if latch else (len(rounds) if passed else None),
+        }
     )
 
 
@@ -387,7 +410,7 @@ class SequentialPairedGate:
     def _early_stop(
         self, rounds: Sequence[RoundStat], n: int, horizon: int, crossed: set[str]
     ) -> tuple[str, dict[str, float]]:
-        rules, diag = self.rules, {}
+        rules, diag = self.rules, dict[str, float]()
         if not rules.enabled:
             return "", diag
         for leg in self.legs:
@@ -420,7 +443,9 @@ class SequentialPairedGate:
         if remaining <= 0:
             return None
         final = min(k + remaining, self.looks)
-        c = t_boundaries(leg.alpha, self.looks, leg.df)[final - 1]
+        if leg.sigma is None:
+            return None
+        c = t_boundaries(leg.alpha, self.looks, leg.df, leg.spending)[final - 1]
         need = -c * leg.sigma * math.sqrt(final)  # S at the final look must be <= need
         mean = shifted - remaining * self.rules.futility_effect
         return _norm_cdf((need - mean) / (leg.sigma * math.sqrt(remaining)))
@@ -604,7 +629,7 @@ class ErrorBudget(BaseModel):
             raise ValueError("the run's error budget is exhausted: no confirmation may start")
         if self.mode == "elond":
             issued = self.next_alpha()
-            if not math.isclose(alpha, issued, rel_tol=1e-12):
+            if issued is None or not math.isclose(alpha, issued, rel_tol=1e-12):
                 raise ValueError(f"confirmation ran at alpha {alpha}, but e-LOND issued {issued}")
         elif not 0 < alpha <= self.remaining * (1 + 1e-12):
             raise ValueError(

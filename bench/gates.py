@@ -27,7 +27,8 @@ import numpy as np
 from pydantic import ValidationError
 
 import prepare
-from bench.metrics import Row, aggregate, format_table
+from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
+from bench.metrics import Row, WaldPoint, aggregate, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import format_validity, validity_table
@@ -37,12 +38,41 @@ from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20250601
-DRIFTS = {
+# Worlds: overrides of the contract's sim section (SimParams fields; effect_mixture fields
+# under "effect_mixture"). The first four are the drift scenarios; the rest the robustness grid.
+WORLDS: dict[str, dict[str, object]] = {
     "none": {"drift_sd": 0.0},
     "calibrated": {},
     "up trend": {"drift_trend": 0.005},
     "down trend": {"drift_trend": -0.005},
+    "heavy tails": {"noise_df": 2.2, "noise_scale": 1.8},
+    "heavy missing": {"p_missing_cell": 0.15, "p_missing_dimension": 0.08},
+    "mnar": {"missing_mode": "mnar", "mnar_slope": 0.15},
+    "trade-offs": {
+        "effect_mixture": {
+            "null": 0.38,
+            "harms_target": 0.2,
+            "helps_target": 0.1,
+            "helps_target_harms_critical": 0.25,
+            "harms_critical_only": 0.07,
+            "tradeoff_harm": (0.3, 0.8),
+        }
+    },
+    "tiny effects": {"effect_mixture": {"help_target": (0.1, 0.5), "harm_target": (0.05, 0.5)}},
+    "heterogeneous": {"effect_heterogeneity": 1.5, "seed_difficulty_sd": 2.5},
 }
+DRIFT_WORLDS = ("none", "calibrated", "up trend", "down trend")
+GRID_WORLDS = (
+    "calibrated",
+    "heavy tails",
+    "heavy missing",
+    "mnar",
+    "up trend",
+    "down trend",
+    "trade-offs",
+    "tiny effects",
+    "heterogeneous",
+)
 CORRELATIONS = (0.0, 0.5)
 BUDGETS = (150, 300, 600)
 DEFAULT_RUNS, FULL_RUNS = 60, 1000
@@ -51,20 +81,42 @@ CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
 CERTIFY_AUDITS = 40
 METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
 VARIANTS = ("loop_gate_elond", "loop_gate_certified")
-# Acceptance (issue 4): final true target change of the loop's gate at budget 300.
-TARGET_GAIN = {0.0: -0.4, 0.5: -0.7}
+# Gate variants as promotion overrides. "before" is the gate as it was before the harm
+# tolerance drove the margin (NI margin 0.5) and before the default changes; the bench still
+# scores harm with the contract's tolerance.
+OVERRIDES: dict[str, dict[str, object]] = {
+    "loop_gate_before": {"harm_tolerance": 0.5, "futility_effect": 0.5, "min_seed_coverage": 0.7},
+    "loop_gate_trim": {"target_trim": 0.2},
+    "loop_gate_bound": {"missing_policy": "bound"},
+}
+LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
+# Acceptance (issue 10): final true target change of the loop's gate at budget 300.
+TARGET_GAIN = {0.0: -0.8, 0.5: -1.0}
 SD_WORLDS, SD_PAIRS = 40, 50
+WALD_EFFECTS = (0.3, 0.5, 0.8)
 
 
 @dataclass(frozen=True)
 class Cell:
-    drift: str
+    world: str
     rho: float
     budget: int
 
     @property
     def label(self) -> str:
-        return f"drift={self.drift}, rho={self.rho}, budget={self.budget}"
+        return f"world={self.world}, rho={self.rho}, budget={self.budget}"
+
+
+def world_params(base: SimParams, world: str, update: dict[str, object]) -> SimParams:
+    """The contract's sim section with one named world's overrides (validated)."""
+    if world not in WORLDS:
+        raise SystemExit(f"unknown world {world!r}; choose from {', '.join(WORLDS)}")
+    knobs = dict(WORLDS[world])
+    mixture = knobs.pop("effect_mixture", None)
+    data = {**base.model_dump(), **knobs, **update}
+    if mixture is not None:
+        data["effect_mixture"] = {**base.effect_mixture.model_dump(), **mixture}
+    return SimParams.model_validate(data)
 
 
 @dataclass(frozen=True)
@@ -78,8 +130,7 @@ class Setup:
     methods: tuple[str, ...]
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
-        update = {**DRIFTS[cell.drift], "pair_correlation": cell.rho, "world_seed": SEED + run}
-        return self.params.model_copy(update=update)
+        return world_params(self.params, cell.world, {"pair_correlation": cell.rho, "world_seed": SEED + run})
 
     def cell_promotion(self, cell: Cell, mode: str | None = None) -> Promotion:
         j_max = max(6, round(CONFIRMATIONS_PER_300 * cell.budget / 300))
@@ -128,9 +179,10 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     count = max(400, cell.budget + 100)
     candidates = candidate_stream(world, cand_rng, count, setup.dims[0], promo.critical_dimensions)
     critical_idx = [setup.dims.index(d) for d in promo.critical_dimensions]
+    tolerance = np.array([promo.tolerance(d) for d in promo.critical_dimensions])
     out = {}
     for method in setup.methods:
-        run_state = SimRun(world, candidates, cell.budget, method, critical_idx)
+        run_state = SimRun(world, candidates, cell.budget, method, critical_idx, tolerance)
         procedure, settings = _procedure(setup, cell, method, run)
         procedure(run_state, settings)
         out[method] = summarize(run_state)
@@ -145,6 +197,11 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
     if method == "loop_gate_certified":
         settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=CERTIFY_AUDITS)
         return PROCEDURES["loop_gate"], settings
+    if method in OVERRIDES:
+        promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
+        return PROCEDURES["loop_gate"], LoopGateSettings(promo)
+    if method in LEVERS:
+        return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
         return PROCEDURES["random"], np.random.default_rng(np.random.SeedSequence([SEED, run, 2]))
     return PROCEDURES[method], None
@@ -174,7 +231,9 @@ def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterat
             yield setup, cell, list(range(start, min(runs, start + chunk)))
 
 
-def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> dict[Cell, list[Row]]:
+def run_grid(
+    setup: Setup, cells: Sequence[Cell], runs: int, jobs: int
+) -> tuple[dict[Cell, list[Row]], dict[Cell, float]]:
     results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
     tasks = list(_tasks(setup, cells, runs, chunk=max(1, min(25, runs // 4 or 1))))
     if jobs > 1:
@@ -185,11 +244,27 @@ def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> dict[
         for task in tasks:
             cell, out = _work(task)
             results[cell].extend(out)
-    tables = {}
+    tables, sds = {}, {}
     for cell in cells:
         sd = paired_sd(setup, cell)
-        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd) for m in setup.methods]
-    return tables
+        promo = setup.cell_promotion(cell)
+        design = (promo.futility_effect, promo.replicate_k)
+        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, design) for m in setup.methods]
+        sds[cell] = sd
+    return tables, sds
+
+
+def wald_reference(setup: Setup, cell: Cell, sd: float) -> str:
+    """Wald's bound at the useful operating point: alpha per test = alpha_run / J_max, beta 0.2."""
+    promo = setup.cell_promotion(cell)
+    alpha = promo.alpha_run / promo.max_confirmations
+    point = WaldPoint(alpha, 0.2, promo.futility_effect, 10**6)  # uncapped: the ideal test
+    cells = ", ".join(f"{e} -> {point.audits(-e, True, sd):.0f}" for e in WALD_EFFECTS)
+    null = point.audits(0.0, False, sd)
+    return (
+        f"Wald bound (alpha per test {alpha:.4f}, beta 0.2, paired-round SD {sd:.2f}): audits to KEEP "
+        f"an improvement of {cells}; to REVERT a null vs d = {promo.futility_effect}: {null:.0f}"
+    )
 
 
 def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> list[str]:
@@ -208,7 +283,7 @@ def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> lis
             f" P(worse) {by['loop_gate'].p_worse:.3f} <= 0.1);"
             f" single-audit/GEODE inadmissible={'yes' if refuted else 'NO'}"
         )
-        if cell.budget == 300 and cell.drift == "calibrated":
+        if cell.budget == 300 and cell.world == "calibrated":
             goal = TARGET_GAIN[cell.rho]
             gain = by["loop_gate"].final_target
             line += f"; final dT {gain:+.3f} <= {goal} {'yes' if gain <= goal else 'NO'}"
@@ -218,16 +293,23 @@ def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> lis
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help=f"{FULL_RUNS} runs per cell")
     ap.add_argument("--runs", type=int, help=f"runs per cell (default {DEFAULT_RUNS})")
     ap.add_argument("--validity-reps", type=int, help="null replicates for the type-I table")
     ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
-    ap.add_argument("--drifts", nargs="+", default=list(DRIFTS), choices=list(DRIFTS))
+    ap.add_argument(
+        "--worlds",
+        nargs="+",
+        default=list(DRIFT_WORLDS),
+        help=f"worlds to run ({', '.join(WORLDS)}), or 'grid' for the robustness grid",
+    )
     ap.add_argument("--rhos", type=float, nargs="+", default=list(CORRELATIONS))
     ap.add_argument("--variants", action="store_true", help="add e-LOND and certified loop gates")
-    ap.add_argument("--methods", nargs="+", choices=METHODS + VARIANTS, help="run only these")
+    ap.add_argument(
+        "--methods", nargs="+", choices=METHODS + VARIANTS + LEVERS + tuple(OVERRIDES), help="run only these"
+    )
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")
@@ -239,7 +321,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="override promotion settings of the loop's gate, e.g. critical_margin=0.4",
     )
     ap.add_argument("--out", type=Path, help="also write <out>/gates.md and gates.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
     reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
     if runs < 2 or reps < 1:
@@ -247,7 +333,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
     setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
     alpha_run = setup.promotion.alpha_run
-    cells = [Cell(d, r, b) for d in args.drifts for r in args.rhos for b in args.budgets]
+    worlds = [w for name in args.worlds for w in (GRID_WORLDS if name == "grid" else (name,))]
+    for name in worlds:
+        world_params(setup.params, name, {})  # an unknown world or bad knob fails before any run
+    cells = [Cell(w, r, b) for w in worlds for r in args.rhos for b in args.budgets]
     start = time.monotonic()
     out = [
         f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
@@ -257,12 +346,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "",
     ]
     print("\n".join(out), flush=True)
-    tables = run_grid(setup, cells, runs, args.jobs)
+    tables, sds = run_grid(setup, cells, runs, args.jobs)
     for cell in cells:
-        block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n"
+        block = (
+            f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n\n{wald_reference(setup, cell, sds[cell])}\n"
+        )
         print(block, flush=True)
         out.append(block)
-    validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion.calibration_pairs, reps, SEED)
+    validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion, reps, SEED)
     block = (
         f"## Type-I of the confirmation test (pure null, target leg only, "
         f"{setup.promotion.calibration_pairs} A/A pairs, K = 12, {reps} replicates)\n\n"

@@ -2,17 +2,24 @@
 
 All metrics are against the simulated truth (`World.expected_scores`), lower is better:
 - false-KEEP run probability: P(some KEEP whose true target change is >= 0);
-- harmful-KEEP run probability: P(some KEEP worsening a critical dim by > 0.3);
+- harmful-KEEP run probability: P(some KEEP worsening a critical dim by more than its
+  harm tolerance, the contract's `promotion.harm_tolerance`);
 - bad share: mean over runs of (false or harmful KEEPs) / max(1, KEEPs);
 - audits per decision: audits spent on candidates / candidates decided (calibration and
   stored baselines excluded, as in the research note);
 - final target change and worst critical change of the final champion vs the start;
-- P(final worse): final target change > 0 or worst critical change > 0.3;
-- Wald ratio: audits per decision / the Wald-Wolfowitz lower bound on expected audits per
-  decision for any sequential test with the procedure's own in-stream false-KEEP rate and
-  miss rate, on paired rounds (2 audits) of the measured SD, at the mean true improvement of
-  the good candidates it decided. Not shown ("-") when the bound is below 0.1 audits
-  (a procedure no better than a coin, such as the random arm).
+- P(final worse): final target change > 0 or a critical change above its tolerance;
+- Wald ratio: all audits the procedure spent (calibration included) / the sum over its
+  decisions of the Wald-Wolfowitz lower bound on expected audits for that one decision, at
+  that candidate's own true target change, for any sequential test on paired rounds
+  (2 audits) of the measured SD with the procedure's own in-stream false-KEEP rate (per null
+  decision) and miss rate (per good decision). A good candidate (better, no harm) needs the
+  KEEP bound at its own effect; any other the REVERT bound against the design effect d
+  (futility_effect), moved by its own harm. Each bound is capped at the K-round truncation
+  (2K audits). 1.0 = no audit wasted for the error rates achieved. Not shown ("-") when the
+  procedure is no better than a coin (alpha + beta >= 1) or above alpha_run in false KEEPs.
+- `WaldPoint.audits` at alpha per test = alpha_run / J_max and beta = 0.2 is the useful
+  operating point the bench prints for reference (what a powerful test would need).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.simrun import HARM_TOLERANCE, RunSummary
+from bench.simrun import RunSummary
 
 P_WORSE_LIMIT = 0.1
 MIN_WALD_AUDITS = 0.1  # below this the bound says "no information used": ratio not shown
@@ -59,7 +66,38 @@ class Row:
         return self.false_keep_run <= alpha_run and self.p_worse <= P_WORSE_LIMIT
 
 
-def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float) -> Row:
+@dataclass(frozen=True)
+class WaldPoint:
+    """The operating point of the per-decision Wald bound."""
+
+    alpha: float  # per test: alpha_run / J_max
+    beta: float
+    design_effect: float  # d of the futility rule: the alternative a REVERT is tested against
+    looks: int  # K: each bound is capped at 2K audits
+
+    def audits(self, effect: float, good: bool, sd: float) -> float:
+        """Lower bound on the audits one decision on a candidate of true `effect` needs."""
+        if good:
+            shift = -effect  # improvement (effect < 0)
+            bound = wald_bound_rounds(self.alpha, self.beta, shift, sd)[1]
+        else:
+            shift = self.design_effect + max(effect, 0.0)
+            bound = wald_bound_rounds(self.alpha, self.beta, shift, sd)[0]
+        return 2 * min(bound, self.looks)
+
+
+def in_stream_point(runs: Sequence[RunSummary], design_effect: float, looks: int) -> WaldPoint | None:
+    """The procedure's own error rates as a Wald operating point, or None if no better than a coin."""
+    n_null = sum(r.null_decisions for r in runs)
+    n_good = sum(r.good_decisions for r in runs)
+    if not (n_null and n_good):
+        return None
+    alpha = max(sum(r.null_keeps for r in runs), 0.5) / n_null  # half a count if none
+    beta = min(max(1 - sum(r.good_keeps for r in runs) / n_good, 1e-3), 1 - 1e-3)
+    return WaldPoint(alpha, beta, design_effect, looks) if alpha + beta < 1 else None
+
+
+def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, design: tuple[float, int] = (0.5, 16)) -> Row:
     decisions = sum(r.decisions for r in runs)
     audits = sum(r.audits for r in runs)
     final_t = np.array([r.final_target for r in runs])
@@ -78,27 +116,20 @@ def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float) -> Row:
         final_target=float(final_t.mean()),
         final_target_se=float(final_t.std(ddof=1) / math.sqrt(len(runs))) if len(runs) > 1 else 0.0,
         final_critical=float(final_c.mean()),
-        p_worse=float(np.mean((final_t > 0) | (final_c > HARM_TOLERANCE))),
-        wald_ratio=_wald_ratio(runs, per_decision, sd_round),
+        p_worse=float(np.mean((final_t > 0) | np.array([r.final_harm for r in runs]))),
+        wald_ratio=_wald_ratio(runs, sd_round, in_stream_point(runs, *design)),
         alpha_spent=float(np.mean([r.alpha_spent for r in runs])),
         certified=float(np.mean(certified)) if certified else float("nan"),
     )
 
 
-def _wald_ratio(runs: Sequence[RunSummary], per_decision: float, sd_round: float) -> float:
-    n_null = sum(r.null_decisions for r in runs)
-    n_good = sum(r.good_decisions for r in runs)
-    n_all = sum(r.decisions for r in runs)
-    if not (n_null and n_good and n_all):
+def _wald_ratio(runs: Sequence[RunSummary], sd_round: float, point: WaldPoint | None) -> float:
+    """Audits spent (calibration included) / the sum of per-decision Wald bounds."""
+    if point is None:
         return float("nan")
-    alpha = max(sum(r.null_keeps for r in runs), 0.5) / n_null  # half a count if none
-    beta = min(max(1 - sum(r.good_keeps for r in runs) / n_good, 1e-3), 1 - 1e-3)
-    effect = sum(r.good_effect_sum for r in runs) / n_good
-    if alpha + beta >= 1:
-        return float("nan")  # no better than a coin: the bound is 0
-    e0, e1 = wald_bound_rounds(alpha, beta, effect, sd_round)
-    bound = 2 * (n_null * e0 + n_good * e1) / n_all
-    return per_decision / bound if bound >= MIN_WALD_AUDITS else float("nan")
+    bound = sum(point.audits(e, g, sd_round) for r in runs for e, g in zip(r.effects, r.good, strict=True))
+    spent = sum(r.used for r in runs)
+    return spent / bound if bound >= MIN_WALD_AUDITS * max(1, len(runs)) else float("nan")
 
 
 HEADER = (
@@ -110,7 +141,10 @@ HEADER = (
 def format_table(rows: Sequence[Row], alpha_run: float) -> str:
     lines = [HEADER, "|" + "---|" * 13]
     for r in rows:
-        wald = "-" if math.isnan(r.wald_ratio) else f"{r.wald_ratio:.1f}"
+        # the bound presumes the operating point's error rates: not shown for a procedure
+        # whose run-level false-KEEP rate is above alpha_run (it does not meet them)
+        hide = math.isnan(r.wald_ratio) or r.false_keep_run > alpha_run
+        wald = "-" if hide else f"{r.wald_ratio:.1f}"
         spent = f"{r.alpha_spent:.3f}" if r.alpha_spent else "-"
         lines.append(
             f"| {r.method} | {r.decisions:.0f} | {r.audits_per_decision:.2f} | {r.keeps:.2f} "

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.simrun import HARM_TOLERANCE, SimRun
-from fitness import RoundStat, paired_round
+from bench.simrun import SimRun
+from fitness import RoundStat, paired_round_for
 from loop.contract import Promotion
 from loop.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
 
@@ -144,16 +144,17 @@ def run_oracle(run: SimRun, _settings: object) -> None:
             return
         run.used += 1  # charged one audit per candidate, as if it had looked
         delta = run.true_delta(cand.field)
-        harm = max((delta[c] for c in run.critical_idx), default=0.0)
-        run.decide(cand, bool(delta[0] < 0 and harm <= HARM_TOLERANCE), 1)
+        run.decide(cand, bool(delta[0] < 0 and not run.harms(delta)), 1)
 
 
 # ---------------------------------------------------------------------------- the loop's gate
 
 
-def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, coverage: float) -> RoundStat:
+def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, promo: Promotion) -> RoundStat:
     a, b = run.audit_pair(cand, champ)
-    return paired_round(a, b, run.world.dims, coverage)
+    stat = paired_round_for(a, b, run.world.dims, promo)
+    run.notes["bounded_cells"] = run.notes.get("bounded_cells", 0) + sum(stat.imputed.values())
+    return stat
 
 
 @dataclass
@@ -198,16 +199,15 @@ def drive_candidate_arm(
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     """The loop's gate arm on the simulated world: A/A calibration, then the shared GateJudge."""
     promo = settings.promotion
-    coverage = promo.min_seed_coverage
     shared = JudgeState.start(promo)
     for _ in range(promo.calibration_pairs):
-        shared.pool.add_aa(_round(run, run.theta, run.theta, coverage))
+        shared.pool.add_aa(_round(run, run.theta, run.theta, promo))
     calibration, reserve = run.used, settings.certify_audits
     started: dict[int, int] = {}  # audits used when each candidate's first round started
 
     def measure(index: int) -> RoundStat:
         started.setdefault(index, run.used)
-        return _round(run, run.theta + run.candidates[index].field, run.theta, coverage)
+        return _round(run, run.theta + run.candidates[index].field, run.theta, promo)
 
     def decided(index: int, outcome: Outcome) -> None:
         audits = run.used - started.get(index, run.used)
@@ -218,10 +218,10 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     run.notes["alpha_spent"] = shared.budget.spent
     run.notes["calibration_audits"] = calibration
     if reserve and shared.budget.keeps:
-        _certify(run, promo, shared, coverage)
+        _certify(run, promo, shared, promo)
 
 
-def _certify(run: SimRun, promo: Promotion, shared: JudgeState, coverage: float) -> None:
+def _certify(run: SimRun, promo: Promotion, shared: JudgeState) -> None:
     """Champion vs the starting policy on the reserved audits; roll back if not certified."""
     looks = run.left() // 2
     if looks < 1:
@@ -231,7 +231,7 @@ def _certify(run: SimRun, promo: Promotion, shared: JudgeState, coverage: float)
     fresh: list[RoundStat] = []
     verdict = "continue"
     while verdict == "continue":
-        fresh.append(_round(run, run.theta, run.origin, coverage))
+        fresh.append(_round(run, run.theta, run.origin, promo))
         verdict = certify(promo, shared.pool, fresh, looks).verdict
     run.notes["certified"] = float(verdict == "keep")
     if verdict != "keep":

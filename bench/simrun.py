@@ -19,8 +19,6 @@ import numpy as np
 
 from sil_runtime.sim.world import World, draw_candidate, effect_field
 
-HARM_TOLERANCE = 0.3  # a KEEP that worsens a critical dimension by more than this is harmful
-
 
 @dataclass(frozen=True)
 class Candidate:
@@ -31,10 +29,10 @@ class Candidate:
 def candidate_stream(
     world: World, rng: np.random.Generator, count: int, target: str, critical: list[str]
 ) -> list[Candidate]:
-    """The section 4.3 mixture of candidate effects, with seed-heterogeneous fields."""
+    """The world's candidate-effect mixture (`sim.effect_mixture`), seed-heterogeneous fields."""
     out = []
     for _ in range(count):
-        kind, delta = draw_candidate(rng, world.dims, target, critical)
+        kind, delta = draw_candidate(rng, world.dims, target, critical, world.params.effect_mixture)
         het = world.params.effect_heterogeneity
         out.append(Candidate(kind, effect_field(rng, delta, world.n_seeds, het)))
     return out
@@ -45,7 +43,7 @@ class Decision:
     kind: str
     delta: np.ndarray  # true change per dim had the candidate been kept (lower is better)
     kept: bool
-    audits: int
+    audits: float  # a shared champion audit is split over the candidates it served
 
 
 @dataclass
@@ -57,6 +55,8 @@ class SimRun:
     budget: int
     name: str
     critical_idx: list[int]
+    # harm tolerance per critical dim, in critical_idx order (the contract's harm_tolerance)
+    tolerance: np.ndarray = field(default_factory=lambda: np.zeros(0))
     theta: np.ndarray = field(init=False)
     origin: np.ndarray = field(init=False)
     used: int = 0
@@ -64,6 +64,8 @@ class SimRun:
     notes: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.tolerance.size != len(self.critical_idx):
+            raise ValueError(f"{len(self.critical_idx)} critical dims need as many harm tolerances")
         self.theta = np.zeros(self.world.shape)
         self.origin = self.theta.copy()
         self._origin_q = self.world.expected_scores(self.theta)
@@ -97,7 +99,15 @@ class SimRun:
         """True change per dim if `change` were applied to the current champion."""
         return self.world.expected_scores(self.theta + change) - self._champion_q
 
-    def decide(self, cand: Candidate, kept: bool, audits: int) -> None:
+    def audit_group(self, thetas: list[np.ndarray]) -> list[np.ndarray]:
+        """Concurrent audits of several policies: same tick, one shared pair key (CRN)."""
+        pair = self._key("group")
+        tick = self.used
+        out = [self.world.audit(theta, tick, pair, f"{pair}:{i}") for i, theta in enumerate(thetas)]
+        self.used += len(thetas)
+        return out
+
+    def decide(self, cand: Candidate, kept: bool, audits: float) -> None:
         self.decisions.append(Decision(cand.kind, self.true_delta(cand.field), kept, audits))
         if kept:
             self.set_champion(self.theta + cand.field)
@@ -105,6 +115,10 @@ class SimRun:
     def set_champion(self, theta: np.ndarray) -> None:
         self.theta = theta
         self._champion_q = self.world.expected_scores(theta)
+
+    def harms(self, delta: np.ndarray) -> bool:
+        """Whether a true change worsens some critical dimension by more than its tolerance."""
+        return bool(self.critical_idx) and bool((delta[self.critical_idx] > self.tolerance).any())
 
     def final_delta(self) -> np.ndarray:
         """True change of the final champion against the starting policy."""
@@ -117,10 +131,10 @@ class RunSummary:
 
     decisions: int
     keeps: int
-    audits: int  # audits spent on candidate decisions (calibration excluded)
+    audits: float  # audits spent on candidate decisions (calibration excluded)
     used: int
     false_keep: bool  # any KEEP with true target change >= 0
-    harmful_keep: bool  # any KEEP worsening a critical dim by > HARM_TOLERANCE
+    harmful_keep: bool  # any KEEP worsening a critical dim by more than its harm tolerance
     bad_share: float  # (false or harmful KEEPs) / max(1, KEEPs)
     final_target: float
     final_critical: float  # worst critical change of the final champion
@@ -129,23 +143,27 @@ class RunSummary:
     good_decisions: int  # target better and no critical harm
     good_keeps: int
     good_effect_sum: float  # sum of |true target change| over good candidates decided
+    final_harm: bool = False  # final champion worse than a critical dim's tolerance
     alpha_spent: float = 0.0
+    bounded_cells: int = 0  # candidate-missing cells bounded (missing_policy bound)
+    # per decided candidate: true target change, and whether it is good (better, no harm)
+    effects: tuple[float, ...] = ()
+    good: tuple[bool, ...] = ()
     certified: bool | None = None  # outcome of the final certification, if one ran
 
 
 def summarize(run: SimRun) -> RunSummary:
     crit = run.critical_idx
     d_t = np.array([d.delta[0] for d in run.decisions])
-    d_c = np.array([d.delta[crit].max() if crit else 0.0 for d in run.decisions])
     kept = np.array([d.kept for d in run.decisions], dtype=bool)
     null = d_t >= 0
-    harm = d_c > HARM_TOLERANCE
+    harm = np.array([run.harms(d.delta) for d in run.decisions], dtype=bool)
     good = ~null & ~harm
     final = run.final_delta()
     return RunSummary(
         decisions=len(run.decisions),
         keeps=int(kept.sum()),
-        audits=int(sum(d.audits for d in run.decisions)),
+        audits=float(sum(d.audits for d in run.decisions)),
         used=run.used,
         false_keep=bool((kept & null).any()),
         harmful_keep=bool((kept & harm).any()),
@@ -157,6 +175,10 @@ def summarize(run: SimRun) -> RunSummary:
         good_decisions=int(good.sum()),
         good_keeps=int((kept & good).sum()),
         good_effect_sum=float(-d_t[good].sum()),
+        final_harm=run.harms(final),
         alpha_spent=float(run.notes.get("alpha_spent", 0.0)),
+        bounded_cells=int(run.notes.get("bounded_cells", 0)),
+        effects=tuple(float(x) for x in d_t),
+        good=tuple(bool(x) for x in good),
         certified=bool(run.notes["certified"]) if "certified" in run.notes else None,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.simrun import SimRun
-from fitness import NoisePool, RoundStat, paired_round
+from fitness import NoisePool, RoundStat, paired_round_for
 from gate import make_gate
 from loop.contract import Promotion
 from sil_runtime.sim.params import SimParams
@@ -29,6 +29,8 @@ SCENARIOS = {
     "CRN rho=0.5": {"pair_correlation": 0.5},
     "down trend": {"drift_trend": -0.005},
     "t2.5 tails": {"noise_df": 2.5},
+    "heavy missing": {"p_missing_cell": 0.15, "p_missing_dimension": 0.08},
+    "mnar": {"missing_mode": "mnar", "mnar_slope": 0.15},
 }
 
 
@@ -49,7 +51,12 @@ class ValidityRow:
         return self.rate <= self.alpha + 2.5 * self.mc_se
 
 
-def null_promotion(target: str, calibration_pairs: int) -> Promotion:
+# The loop gate's statistic settings the type-I test inherits (the rest is target-only).
+STATISTIC_FIELDS = ("min_seed_coverage", "missing_policy", "target_trim", "target_spending")
+
+
+def null_promotion(target: str, calibration_pairs: int, loop: Promotion | None = None) -> Promotion:
+    inherited = {f: getattr(loop, f) for f in STATISTIC_FIELDS} if loop else {}
     return Promotion(
         target_dimensions=[target],
         critical_dimensions=[],
@@ -57,6 +64,7 @@ def null_promotion(target: str, calibration_pairs: int) -> Promotion:
         calibration_pairs=calibration_pairs,
         futility_beta=1e-12,
         cp_floor=0.0,
+        **inherited,
     )
 
 
@@ -67,7 +75,7 @@ def one_replicate(
     pool = NoisePool()
     for _ in range(promo.calibration_pairs):
         a, b = run.audit_pair(run.theta, run.theta)
-        pool.add_aa(paired_round(a, b, dims, promo.min_seed_coverage))
+        pool.add_aa(paired_round_for(a, b, dims, promo))
     run.used += int(rng.integers(5, 151))  # time passes before the candidate is tested
     noise = pool.estimate()
     gates = {a: make_gate(promo, noise, a) for a in LEVELS}
@@ -75,7 +83,7 @@ def one_replicate(
     rounds: list[RoundStat] = []
     while open_levels and len(rounds) < LOOKS:
         a, b = run.audit_pair(run.theta, run.theta)
-        rounds.append(paired_round(a, b, dims, promo.min_seed_coverage))
+        rounds.append(paired_round_for(a, b, dims, promo))
         for level in list(open_levels):
             verdict = gates[level].confirm(rounds).verdict
             if verdict != "continue":
@@ -85,9 +93,9 @@ def one_replicate(
 
 
 def validity_table(
-    base: SimParams, dims: Sequence[str], n_seeds: int, calibration_pairs: int, reps: int, seed: int
+    base: SimParams, dims: Sequence[str], n_seeds: int, loop: Promotion, reps: int, seed: int
 ) -> list[ValidityRow]:
-    promo = null_promotion(dims[0], calibration_pairs)
+    promo = null_promotion(dims[0], loop.calibration_pairs, loop)
     rows = []
     for s_index, (name, update) in enumerate(SCENARIOS.items()):
         hits = {a: 0 for a in LEVELS}

@@ -106,6 +106,9 @@ class Budget(_Strict):
         return self
 
 
+DEFAULT_HARM_TOLERANCE = 0.3  # points: a critical regression larger than this is harm
+
+
 class Promotion(_Strict):
     gate: Literal["spg", "paired_margin"] = "spg"
     target_dimensions: Annotated[list[str], Field(min_length=1)]
@@ -121,11 +124,12 @@ class Promotion(_Strict):
     alpha_noninferiority: Annotated[float, Field(gt=0, lt=1)] = 0.2
     max_confirmations: Annotated[int, Field(ge=1, le=10_000)] = 24
     error_control: Literal["fwer", "elond"] = "fwer"
-    min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.7
+    # a round compares a dimension when at least this share of seeds is scored in both arms
+    min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.5
     # Sequential paired gate settings (gate.py; docs/statistics.md §3).
     screen_sd: Annotated[float, Field(ge=0)] = 0.3  # screen: target diff <= -screen_sd * sigma
     screen_critical_sd: Annotated[float, Field(ge=0)] = 2.0  # and critical <= margin + k*sigma
-    futility_effect: Annotated[float, Field(gt=0)] = 0.5  # design effect d (points)
+    futility_effect: Annotated[float, Field(gt=0)] = 0.8  # design effect d (points)
     futility_beta: Annotated[float, Field(gt=0, lt=1)] = 0.1  # SPRT futility boundary
     harm_veto_beta: Annotated[float, Field(gt=0, lt=1)] = 0.01  # per critical dimension
     cp_floor: Annotated[float, Field(ge=0, lt=1)] = 0.05  # revert below this conditional power
@@ -135,6 +139,41 @@ class Promotion(_Strict):
     critical_margin_sd: Annotated[float, Field(gt=0)] | None = 0.75
     # fwer: spread the unspent alpha over the confirmations the audit budget can still pay for
     alpha_allocation: Literal["even", "forecast"] = "forecast"
+    # Harm, defined once: a change that worsens a critical dimension by more than its tolerance
+    # (points) is harmful. The bench scores harm with this number and the gate's NI margin is
+    # derived from it (never larger). A float applies to every critical dimension.
+    harm_tolerance: float | dict[str, float] = DEFAULT_HARM_TOLERANCE
+    # NI margin = harm_margin_share * tolerance (capped by critical_margin and the sd rule)
+    harm_margin_share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    # drop: compare only seeds scored in both arms; bound: a seed the champion arm scored and
+    # the candidate arm did not counts as the candidate's worst score on that dim in the round
+    missing_policy: Literal["drop", "bound"] = "drop"
+    # Lan-DeMets spending per leg kind: obf (O'Brien-Fleming type) or pocock (spends early)
+    target_spending: Literal["obf", "pocock"] = "obf"
+    ni_spending: Literal["obf", "pocock"] = "obf"
+    # target leg's per-round statistic: mean over seeds, trimmed by this share at each end
+    target_trim: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
+
+    def tolerance(self, dim: str) -> float:
+        """The harm tolerance of a critical dimension (points, lower scores are better)."""
+        if isinstance(self.harm_tolerance, dict):
+            return self.harm_tolerance[dim]
+        return self.harm_tolerance
+
+    @model_validator(mode="after")
+    def _tolerances(self) -> Promotion:
+        tol = self.harm_tolerance
+        values = tol.values() if isinstance(tol, dict) else [tol]
+        if any(not v > 0 for v in values):
+            raise ValueError(f"harm_tolerance must be > 0 points, got {tol}")
+        if isinstance(tol, dict) and set(tol) != set(self.critical_dimensions):
+            missing = sorted(set(self.critical_dimensions) - set(tol))
+            extra = sorted(set(tol) - set(self.critical_dimensions))
+            raise ValueError(
+                f"harm_tolerance must name exactly the critical dimensions (missing {missing}, "
+                f"not critical {extra}); or give one number for all"
+            )
+        return self
 
     @model_validator(mode="after")
     def _disjoint(self) -> Promotion:

@@ -85,8 +85,8 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
                 f"{ti[0]:+.3f} [{ti[1]:+.3f}, {ti[2]:+.3f}] reaches {-p.superiority_margin:+.3f}"
             ),
         )
-    elif bad := [d for d, m in crit.items() if m is not None and m > p.critical_margin]:
-        demoted, reason = True, f"critical dimensions worse than the {p.critical_margin} margin: {bad}"
+    elif bad := [d for d, m in crit.items() if m is not None and m > min(p.critical_margin, p.tolerance(d))]:
+        demoted, reason = True, f"critical dimensions worse than their harm tolerance: {bad}"
     else:
         demoted, reason = False, f"the {LEVEL:.0%} interval of {target} excludes no improvement"
     return ReplicateRecord(

@@ -181,11 +181,11 @@ class RoundRunner:
             )
             self._note_gap(arm)
             return None
-        stat = fitness.paired_round(
+        stat = fitness.paired_round_for(
             self.ctx.matrix(a.scores),
             self.ctx.matrix(b.scores),
             self.ctx.dimensions,
-            self.ctx.contract.promotion.min_seed_coverage,
+            self.ctx.contract.promotion,
         )
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}

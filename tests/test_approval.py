@@ -181,6 +181,8 @@ def _candidates(value: Any) -> list[Any]:
             "elond",
             "even",
             "forecast",
+            "bound",
+            "pocock",
             "mutated",
         ]
     if isinstance(value, list):

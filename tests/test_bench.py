@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from bench import gates
 from bench.gates import Cell, load_setup, simulate_run
-from bench.metrics import aggregate, wald_bound_rounds
+from bench.metrics import WaldPoint, aggregate, in_stream_point, wald_bound_rounds
 from bench.simrun import RunSummary, SimRun
 from bench.validity import null_promotion, one_replicate
 from sil_runtime.sim.world import World
@@ -51,7 +50,7 @@ def test_runs_are_reproducible(setup):
 
 def test_paired_audits_share_a_tick_and_truth_tracks_the_champion(setup):
     world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
-    run = SimRun(world, [], budget=10, name="t", critical_idx=[1, 2, 3, 4])
+    run = SimRun(world, [], budget=10, name="t", critical_idx=[1, 2, 3, 4], tolerance=np.full(4, 0.3))
     run.audit_pair(run.theta, run.theta)
     assert run.used == 2 and run.left() == 8
     change = np.zeros(world.shape)
@@ -88,12 +87,17 @@ def _summary(false_keep: bool, final_target: float, final_critical: float) -> Ru
         good_decisions=3,
         good_keeps=1,
         good_effect_sum=1.5,
+        final_harm=final_critical > 0.3,
+        effects=(-0.5, -0.5, -0.5, 0.0, 0.0, 0.2, 0.3, 0.0, 0.0, 0.0),
+        good=(True, True, True, False, False, False, False, False, False, False),
     )
 
 
 def test_aggregate_scores_admissibility_against_the_truth():
     runs = [_summary(i == 0, -0.5, 0.0) for i in range(20)]
     row = aggregate("g", runs, sd_round=0.84)
+    point = in_stream_point(runs, 0.5, 16)
+    assert point.alpha == pytest.approx(1 / 100) and point.beta == pytest.approx(2 / 3)
     assert row.false_keep_run == pytest.approx(0.05) and row.p_worse == 0
     assert row.admissible(0.1) and not row.admissible(0.01)
     worse = [_summary(False, 0.1 if i < 3 else -0.5, 0.0) for i in range(20)]
@@ -101,7 +105,17 @@ def test_aggregate_scores_admissibility_against_the_truth():
     assert not aggregate("g", worse, 0.84).admissible(0.1)
     harm = [_summary(False, -0.5, 0.31 if i < 3 else 0.2) for i in range(20)]
     assert aggregate("g", harm, 0.84).p_worse == pytest.approx(0.15)
-    assert math.isfinite(row.wald_ratio) and row.audits_per_decision == 2.0
+    assert row.audits_per_decision == 2.0
+    per_run = sum(point.audits(e, g, 0.84) for e, g in zip(runs[0].effects, runs[0].good, strict=True))
+    assert row.wald_ratio == pytest.approx(20 / per_run)
+
+
+def test_wald_point_charges_good_candidates_at_their_own_effect():
+    point = WaldPoint(alpha=0.1 / 24, beta=0.2, design_effect=0.5, looks=16)
+    assert point.audits(-0.8, True, 0.836) == pytest.approx(17, rel=0.03)  # research note value
+    assert point.audits(-0.5, True, 0.836) == pytest.approx(32)  # 43 audits, capped at 2K
+    assert point.audits(-0.8, True, 0.836) < point.audits(-0.5, True, 0.836)
+    assert point.audits(0.5, False, 0.836) < point.audits(0.0, False, 0.836)  # harm is quick to refute
 
 
 def test_validity_replicate_tests_both_levels_on_a_null(setup):
@@ -119,7 +133,7 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
             "2",
             "--budgets",
             "60",
-            "--drifts",
+            "--worlds",
             "calibrated",
             "--rhos",
             "0",
@@ -135,3 +149,57 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
     assert "SIMULATED" in text and "| loop_gate |" in text and "| geode |" in text
     assert "Type-I of the confirmation test" in text and "Acceptance checks" in text
     assert (tmp_path / "gates.md").exists() and (tmp_path / "gates.json").exists()
+
+
+def test_worlds_apply_their_knobs_and_validate(setup):
+    mnar = setup.cell_params(Cell("mnar", 0.5, 300), 1)
+    assert mnar.missing_mode == "mnar" and mnar.pair_correlation == 0.5
+    trade = setup.cell_params(Cell("trade-offs", 0.0, 300), 1)
+    assert trade.effect_mixture.tradeoff_harm == (0.3, 0.8)
+    assert trade.effect_mixture.harm_target == setup.params.effect_mixture.harm_target
+    with pytest.raises(SystemExit, match="unknown world"):
+        setup.cell_params(Cell("mars", 0.0, 300), 1)
+
+
+def test_harm_is_scored_with_the_contract_tolerance(setup):
+    world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
+    run = SimRun(world, [], 10, "t", [1, 2], tolerance=np.array([0.3, 0.6]))
+    assert run.harms(np.array([0.0, 0.31, 0.0]))
+    assert not run.harms(np.array([0.0, 0.29, 0.59]))
+    assert run.harms(np.array([-1.0, 0.0, 0.61]))
+    with pytest.raises(ValueError, match="tolerances"):
+        SimRun(world, [], 10, "t", [1, 2])
+
+
+def test_every_grid_world_runs(setup):
+    for world in gates.GRID_WORLDS:
+        out = simulate_run(setup, Cell(world, 0.0, 40), run=2)
+        assert out["loop_gate"].used <= 40, world
+
+
+def test_many_to_one_rounds_share_the_champion_audit_and_stay_in_budget(setup):
+    from bench.manytoone import ManyToOneSettings, run_many_to_one
+
+    cell = Cell("calibrated", 0.0, 120)
+    world = World(setup.cell_params(cell, 4), setup.dims, setup.n_seeds)
+    promo = setup.cell_promotion(cell)
+    rng = np.random.default_rng(4)
+    cands = gates.candidate_stream(world, rng, 200, setup.dims[0], promo.critical_dimensions)
+    crit, tol = [1, 2, 3, 4], np.full(4, 0.3)
+    runs = {}
+    for slots in (1, 3):
+        run = SimRun(world, cands, 120, f"m{slots}", crit, tol)
+        run_many_to_one(run, ManyToOneSettings(promo, slots))
+        assert run.used <= 120 and run.notes["alpha_spent"] <= promo.alpha_run + 1e-12
+        runs[slots] = run
+    one, three = runs[1].decisions, runs[3].decisions
+    assert all(d.audits % 2 == 0 for d in one)  # one candidate per round: 2 audits a round
+    assert any(d.audits % 2 != 0 for d in three)  # shared champion: 4/3 audits a round
+    spent = sum(d.audits for d in three) + runs[3].notes["calibration_audits"]
+    assert spent == pytest.approx(runs[3].used)
+    assert len(three) > len(one)  # cheaper comparisons decide more candidates
+    with pytest.raises(ValueError, match="fwer"):
+        run_many_to_one(
+            SimRun(world, cands, 120, "e", crit, tol),
+            ManyToOneSettings(promo.model_copy(update={"error_control": "elond"})),
+        )

@@ -128,3 +128,33 @@ def test_interval_with_pooled_noise_works_from_one_round():
     mean, lo, hi = interval([rs(t=-0.4)], "t", level=0.8, noise=noise)
     half = stats.t.ppf(0.9, 12) * 0.8
     assert (mean, lo, hi) == pytest.approx((-0.4, -0.4 - half, -0.4 + half))
+
+
+def test_bounded_missing_counts_a_candidate_gap_as_its_worst_score():
+    champ = np.array([[3.0, 2.0], [4.0, 2.0], [2.0, np.nan], [5.0, 2.0]])
+    cand = np.array([[2.0, 1.0], [np.nan, 1.0], [1.0, 1.0], [1.0, np.nan]])
+    dropped = paired_round(cand, champ, ["t", "c"], 0.5)
+    bounded = paired_round(cand, champ, ["t", "c"], 0.5, missing="bound")
+    # drop: seeds 0, 2, 3 on t: (-1 - 1 - 4) / 3; bound: seed 1 counts as max(2, 4) - 4 = 0
+    assert dropped.diff["t"] == pytest.approx(-2.0)
+    assert bounded.diff["t"] == pytest.approx(-6.0 / 4)
+    assert bounded.imputed == {"t": 1, "c": 1} and dropped.imputed == {}
+    # c: the candidate's worst is 1 but the champion scored 2, so the gap counts as 2 - 2 = 0
+    assert bounded.diff["c"] == pytest.approx(-2.0 / 3)
+    assert bounded.n_seeds["t"] == 4 and dropped.n_seeds["t"] == 3
+    assert bounded.diff["t"] >= dropped.diff["t"]  # a gap never makes the candidate look better
+
+
+def test_bounded_missing_keeps_coverage_on_real_scores():
+    champ = np.full((4, 1), 3.0)
+    cand = np.array([[2.0], [np.nan], [np.nan], [np.nan]])
+    assert paired_round(cand, champ, ["t"], 0.5, missing="bound").diff["t"] is None
+
+
+def test_trim_makes_the_target_statistic_robust_to_one_wild_seed():
+    champ = np.full((10, 2), 3.0)
+    cand = np.full((10, 2), 2.0)
+    cand[0] = 10.0  # one seed's judge went wild on both dims
+    r = paired_round(cand, champ, ["t", "c"], 0.7, trim={"t": 0.2})
+    assert r.diff["t"] == pytest.approx(-1.0)  # trimmed: the outlier is cut
+    assert r.diff["c"] == pytest.approx((7.0 - 9.0) / 10)  # untrimmed dims keep the plain mean

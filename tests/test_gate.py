@@ -29,7 +29,10 @@ from gate import (
 from loop.contract import Promotion
 
 DIMS = ["t", "c1", "c2", "a1", "a2"]
-PROMO = Promotion(target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"])
+# harm tolerance 0.5 keeps the legs' margin at the contract's critical_margin in these tests
+PROMO = Promotion(
+    target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"], harm_tolerance=0.5
+)
 NOISE = NoiseEstimate(sigma={d: 0.8 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40)
 ALPHA_J = 0.1 / 24
 
@@ -312,3 +315,37 @@ def test_paired_margin_gate_judges_only_the_full_sample():
     rows = [(-5.0, -1.0), (2.0, -1.0), (2.0, -1.0), (1.5, -1.0)]  # target mean +0.125
     early_luck = [rs(t=t, c=c, a=c) for t, c in rows]
     assert gate.confirm(early_luck).verdict == "revert"
+
+
+def test_ni_margin_is_derived_from_the_harm_tolerance_and_never_larger():
+    promo = PROMO.model_copy(update={"critical_margin_sd": None, "harm_tolerance": {"c1": 0.3, "c2": 0.8}})
+    assert critical_margin(promo, NOISE, "c1") == pytest.approx(0.3)
+    assert critical_margin(promo, NOISE, "c2") == pytest.approx(0.5)  # capped by critical_margin
+    half = promo.model_copy(update={"harm_margin_share": 0.5})
+    assert critical_margin(half, NOISE, "c1") == pytest.approx(0.15)
+    for dim in ("c1", "c2"):
+        assert critical_margin(half, NOISE, dim) <= half.tolerance(dim)
+
+
+def test_harm_tolerance_must_name_the_critical_dims():
+    with pytest.raises(ValueError, match="exactly the critical dimensions"):
+        Promotion(target_dimensions=["t"], critical_dimensions=["c1", "c2"], harm_tolerance={"c1": 0.3})
+    with pytest.raises(ValueError, match="> 0"):
+        Promotion(target_dimensions=["t"], critical_dimensions=["c1"], harm_tolerance=0.0)
+
+
+@pytest.mark.parametrize("alpha,looks", [(0.2, 16), (0.05, 12)])
+def test_pocock_boundaries_spend_alpha_and_cross_earlier_than_obf(alpha, looks):
+    rng = np.random.default_rng(4)
+    m = 200_000
+    z = np.cumsum(rng.standard_normal((m, looks)), axis=1) / np.sqrt(np.arange(1, looks + 1))
+    pocock = np.array(obf_boundaries(alpha, looks, "pocock"))
+    assert abs(np.mean(np.any(z <= -pocock, axis=1)) - alpha) < 4 * math.sqrt(alpha * (1 - alpha) / m)
+    obf = np.array(obf_boundaries(alpha, looks))
+    assert pocock[0] < obf[0] and pocock[-1] > obf[-1]  # spends early, pays at the last look
+
+
+def test_legs_take_their_spending_from_the_contract():
+    promo = PROMO.model_copy(update={"ni_spending": "pocock"})
+    kinds = {lg.kind: lg.spending for lg in build_legs(promo, NOISE, ALPHA_J)}
+    assert kinds == {"target": "obf", "critical": "pocock", "auxiliary": "pocock"}

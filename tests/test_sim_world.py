@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sil_runtime.sim.params import SimParams
+from sil_runtime.sim.params import EffectMixture, SimParams
 from sil_runtime.sim.world import (
-    CANDIDATE_SHARES,
     CANDIDATE_TYPES,
     DEFAULT_DRIFT_LOADING,
     World,
@@ -131,7 +130,7 @@ def test_candidate_mixture_shares_and_shapes():
     rng = np.random.default_rng(0)
     draws = [draw_candidate(rng, DIMS, "target", CRITICAL) for _ in range(4000)]
     shares = np.array([sum(k == t for k, _ in draws) for t in CANDIDATE_TYPES]) / len(draws)
-    np.testing.assert_allclose(shares, CANDIDATE_SHARES, atol=0.025)
+    np.testing.assert_allclose(shares, EffectMixture().shares(), atol=0.025)
     for kind, d in draws:
         crit_harm = d[1:3].max()
         if kind == "null":
@@ -154,3 +153,38 @@ def test_effect_field_is_seed_heterogeneous_around_delta():
     np.testing.assert_allclose(field.mean(0), delta, atol=0.03)
     assert field[:, 0].std() == pytest.approx(0.5, abs=0.03)
     assert not field[:, 1].any()
+
+
+def test_custom_mixture_draws_tradeoffs_in_its_ranges():
+    mix = EffectMixture(
+        null=0.0,
+        harms_target=0.0,
+        helps_target=0.0,
+        helps_target_harms_critical=1.0,
+        harms_critical_only=0.0,
+        tradeoff_harm=(0.3, 0.8),
+    )
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        kind, d = draw_candidate(rng, DIMS, "target", CRITICAL, mix)
+        assert kind == "helps_target_harms_critical"
+        assert d[0] < 0 and 0.3 <= d[1:3].max() <= 0.8
+
+
+def test_mixture_shares_must_sum_to_one():
+    with pytest.raises(ValueError, match="sum to"):
+        EffectMixture(null=0.9)
+
+
+def test_mnar_loses_the_failing_cells_more_often():
+    base = params(p_missing_cell=0.05, p_missing_dimension=0.0)
+    mnar = base.model_copy(update={"missing_mode": "mnar", "mnar_slope": 0.3})
+    harm = np.full((200, len(DIMS)), 1.0)
+    rates = {}
+    for name, p in (("mcar", base), ("mnar", mnar)):
+        w = World(p, DIMS, 200)
+        good = np.mean([np.isnan(w.audit(np.zeros(w.shape), 0, f"g{i}", f"g{i}")).mean() for i in range(10)])
+        bad = np.mean([np.isnan(w.audit(harm, 0, f"b{i}", f"b{i}")).mean() for i in range(10)])
+        rates[name] = (good, bad)
+    assert abs(rates["mcar"][0] - rates["mcar"][1]) < 0.02  # mcar: missingness ignores the policy
+    assert rates["mnar"][1] > rates["mnar"][0] + 0.05  # mnar: the worse policy loses more cells

@@ -6,9 +6,54 @@ so the simulated runtime never imports loop code. loop/contract.py embeds it in 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Range = tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(ge=0)]]
+
+
+class EffectMixture(BaseModel):
+    """The candidate-effect mixture (stats-gate.md section 4.3): type shares and effect ranges.
+
+    Latent units, positive = worse. Shares must sum to 1. A trade-off candidate
+    (helps_target_harms_critical) helps the target by U(help_target) and harms one random
+    critical dimension by U(tradeoff_harm); harms_critical_only uses U(harm_critical).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    null: Annotated[float, Field(ge=0, le=1)] = 0.45
+    harms_target: Annotated[float, Field(ge=0, le=1)] = 0.25
+    helps_target: Annotated[float, Field(ge=0, le=1)] = 0.12
+    helps_target_harms_critical: Annotated[float, Field(ge=0, le=1)] = 0.10
+    harms_critical_only: Annotated[float, Field(ge=0, le=1)] = 0.08
+    harm_target: Range = (0.2, 1.0)
+    help_target: Range = (0.3, 1.5)
+    harm_critical: Range = (0.5, 1.5)
+    tradeoff_harm: Range = (0.5, 1.5)
+
+    @model_validator(mode="after")
+    def _valid(self) -> EffectMixture:
+        total = sum(self.shares())
+        if not math.isclose(total, 1.0, abs_tol=1e-6):
+            raise ValueError(f"effect_mixture shares sum to {total:.4f}; they must sum to 1")
+        for name in ("harm_target", "help_target", "harm_critical", "tradeoff_harm"):
+            lo, hi = getattr(self, name)
+            if lo > hi:
+                raise ValueError(f"effect_mixture.{name} is ({lo}, {hi}): the low end must not exceed the high end")
+        return self
+
+    def shares(self) -> tuple[float, ...]:
+        """Shares in the order of sil_runtime.sim.world.CANDIDATE_TYPES."""
+        return (
+            self.null,
+            self.harms_target,
+            self.helps_target,
+            self.helps_target_harms_critical,
+            self.harms_critical_only,
+        )
 
 
 class SimParams(BaseModel):
@@ -35,6 +80,10 @@ class SimParams(BaseModel):
     effect_heterogeneity: Annotated[float, Field(ge=0)] = 0.5
     p_missing_cell: Annotated[float, Field(ge=0, le=1)] = 0.05
     p_missing_dimension: Annotated[float, Field(ge=0, le=1)] = 0.03
+    # mnar: a cell's missing probability rises by mnar_slope per point its latent score lies
+    # above the seed's usual level (failing transcripts are more often unscored).
+    missing_mode: Literal["mcar", "mnar"] = "mcar"
+    mnar_slope: Annotated[float, Field(ge=0)] = 0.0
     p_crash: Annotated[float, Field(ge=0, le=1)] = 0.01
     seconds_per_audit: Annotated[float, Field(ge=0)] = 0.0
     landscape_target: str = "broken_tool_use"
@@ -46,3 +95,4 @@ class SimParams(BaseModel):
     landscape: Literal["hashed", "mechanisms"] = "hashed"
     mechanism_scale: Annotated[float, Field(ge=0)] = 1.0  # multiplies every mechanism's cost (and so a fix's benefit)
     hashed_scale: Annotated[float, Field(ge=0)] = 1.0  # mechanisms world: weight of each edit's random component
+    effect_mixture: EffectMixture = EffectMixture()

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sil_runtime.sim.params import SimParams
+from sil_runtime.sim.params import EffectMixture, SimParams
 
 SCORE_MIN, SCORE_MAX = 1.0, 10.0
 DEFAULT_DRIFT_LOADING = 0.6  # dims absent from params.drift_loading move 0.6x as much as the target
@@ -39,10 +39,7 @@ DRIFT_BLOCK = 256  # drift innovations are drawn per block of ticks, so paths ex
 
 # Candidate-effect mixture of docs/statistics.md §4 (latent units; positive = worse).
 CANDIDATE_TYPES = ("null", "harms_target", "helps_target", "helps_target_harms_critical", "harms_critical_only")
-CANDIDATE_SHARES = np.array([0.45, 0.25, 0.12, 0.10, 0.08])
-HARM_TARGET = (0.2, 1.0)
-HELP_TARGET = (0.3, 1.5)
-HARM_CRITICAL = (0.5, 1.5)
+MNAR_MAX_P = 0.9  # a cell is never certain to be missing
 # Non-null candidates also nudge every auxiliary/info dim a little, slightly more often for the
 # worse: most edits have side effects, rarely large ones.
 SIDE_EFFECT_MEAN, SIDE_EFFECT_SD = 0.05, 0.15
@@ -137,11 +134,19 @@ class World:
             noise = a * shared_noise + c * noise
         eta = self._base + theta + (batch + self.loading * self.drift(tick)) + noise + p.judge_drift_per_tick * tick
         scores = np.clip(np.rint(eta[None] + c * judge), SCORE_MIN, SCORE_MAX).mean(axis=0)
-        missing = own.random(self.shape) < p.p_missing_cell
+        missing = own.random(self.shape) < self._missing_p(eta)
         if own.random() < p.p_missing_dimension:
             missing[:, own.integers(self.shape[1])] = True
         scores[missing] = np.nan
         return scores
+
+    def _missing_p(self, eta: np.ndarray) -> np.ndarray | float:
+        """Per-cell missing probability: flat (mcar) or rising with the cell's excess (mnar)."""
+        p = self.params
+        if p.missing_mode == "mcar" or p.mnar_slope == 0.0:
+            return p.p_missing_cell
+        excess = np.maximum(eta - self._base, 0.0)
+        return np.minimum(p.p_missing_cell + p.mnar_slope * excess, MNAR_MAX_P)
 
     def _batch_and_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         p = self.params
@@ -215,28 +220,34 @@ def _expected_score_table(
 
 # -------------------------------------------------------------------- candidate effects
 def draw_candidate(
-    rng: np.random.Generator, dims: Sequence[str], target: str, critical: Sequence[str]
+    rng: np.random.Generator,
+    dims: Sequence[str],
+    target: str,
+    critical: Sequence[str],
+    mixture: EffectMixture | None = None,
 ) -> tuple[str, np.ndarray]:
-    """One candidate's type and latent per-dim effect from the section 4.3 mixture.
+    """One candidate's type and latent per-dim effect from the mixture (default: section 4.3).
 
     Without critical dims the critical harm is dropped (the type keeps its name)."""
+    mix = mixture or EffectMixture()
     dims = list(dims)
     if target not in dims:
         raise ValueError(f"target dimension {target!r} is not among {dims}")
     crit = [dims.index(c) for c in critical if c != target]
     if len(crit) != len([c for c in critical if c != target]):
         raise ValueError(f"critical dimensions {list(critical)} are not all among {dims}")
-    kind = CANDIDATE_TYPES[rng.choice(len(CANDIDATE_TYPES), p=CANDIDATE_SHARES)]
+    kind = CANDIDATE_TYPES[rng.choice(len(CANDIDATE_TYPES), p=np.array(mix.shares()))]
     delta = np.zeros(len(dims))
     if kind == "null":
         return kind, delta
     t = dims.index(target)
     if kind == "harms_target":
-        delta[t] = rng.uniform(*HARM_TARGET)
+        delta[t] = rng.uniform(*mix.harm_target)
     elif kind in ("helps_target", "helps_target_harms_critical"):
-        delta[t] = -rng.uniform(*HELP_TARGET)
+        delta[t] = -rng.uniform(*mix.help_target)
     if kind in ("helps_target_harms_critical", "harms_critical_only") and crit:
-        delta[crit[rng.integers(len(crit))]] = rng.uniform(*HARM_CRITICAL)
+        harm = mix.tradeoff_harm if kind == "helps_target_harms_critical" else mix.harm_critical
+        delta[crit[rng.integers(len(crit))]] = rng.uniform(*harm)
     side = [i for i in range(len(dims)) if i != t and i not in crit]
     delta[side] = rng.normal(SIDE_EFFECT_MEAN, SIDE_EFFECT_SD, len(side))
     return kind, delta
