@@ -14,7 +14,7 @@ import ledger
 from fitness import RoundStat
 from loop.arms import CandidateArm, NeverArm, arm_state
 from loop.baseline import baseline_phase
-from loop.contract import load_contract
+from loop.contract import Promotion, load_contract
 from loop.errors import Halt
 from loop.judges import GateJudge, Outcome
 from loop.policyrefs import candidate_ref, champion_ref
@@ -140,7 +140,7 @@ def stat(x: float) -> RoundStat:
 
 
 def test_replicate_demotes_a_keep_whose_interval_crosses_zero() -> None:
-    promotion = SimpleNamespace(
+    promotion = Promotion(
         target_dimensions=["t"], critical_dimensions=["c"], superiority_margin=0.0, critical_margin=0.5
     )
     rc = SimpleNamespace(promotion=promotion)
