@@ -75,28 +75,23 @@ def crashpoint(name: str) -> None:
     """SIGKILL this process if `SIL_CRASH_AT` names this point and this is its k-th visit
     (or raise ENOSPC if `SIL_DISK_FULL_AT` does)."""
     _disk_full(name)
-    spec = os.environ.get(CRASH_ENV)
-    if not spec:
-        return
-    target, k = parse_spec(spec)
-    if name != target:
-        return
-    with _lock:
-        _reached[name] += 1
-        hit = _reached[name] == k
-    if hit:
+    if _due(CRASH_ENV, name, _reached):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _disk_full(name: str) -> None:
-    spec = os.environ.get(DISK_FULL_ENV)
+def _due(env: str, name: str, visits: dict[str, int]) -> bool:
+    """Whether the fault spec in `env` names point `name` and this visit is its k-th."""
+    spec = os.environ.get(env)
     if not spec:
-        return
+        return False
     target, k = parse_spec(spec)
     if name != target:
-        return
+        return False
     with _lock:
-        _filled[name] += 1
-        hit = _filled[name] == k
-    if hit:
+        visits[name] += 1
+        return visits[name] == k
+
+
+def _disk_full(name: str) -> None:
+    if _due(DISK_FULL_ENV, name, _filled):
         raise OSError(errno.ENOSPC, f"No space left on device (injected by {DISK_FULL_ENV} at {name})")
