@@ -20,7 +20,8 @@ from loop.context import RunContext
 from loop.errors import Halt
 from loop.faults import crashpoint
 from loop.judges import ArmBudget, Judge, Outcome, judge_for
-from loop.mutation import MutationError, apply_mutation
+from loop.mutation import Mutation, MutationError, apply_mutation
+from loop.policystore import PolicySet
 from loop.proposers import Proposer, make_proposer
 from loop.proposing import CandidateSource, record_effect
 from loop.records import (
@@ -165,20 +166,27 @@ class CandidateArm:
         crashpoint("apply.before_write")
         rc.store.write_surface(self.name, m.surface, p.candidate, expect_current=p.parent.hashes[m.surface])
         crashpoint("apply.before_record")
-        rc.book.once(
+        self.record_change(key, m, p.parent, p.candidate, "applied")
+        p.stage = "applied"
+        crashpoint("apply.before_save")
+
+    def record_change(
+        self, key: str, m: Mutation, old: PolicySet, new: PolicySet, event: str, commit: str | None = None
+    ) -> None:
+        """The arm's working policy changed from `old` to `new` (applied, promoted or reverted)."""
+        self.rc.book.once(
             key,
             PolicyChangeRecord(
                 arm=self.name,
                 mutation_id=m.mutation_id,
                 surface=m.surface,
-                from_hash=p.parent.hashes[m.surface],
-                to_hash=p.candidate.hashes[m.surface],
-                policy_set=p.candidate.set_id,
+                from_hash=old.hashes[m.surface],
+                to_hash=new.hashes[m.surface],
+                policy_set=new.set_id,
+                commit=commit,
             ),
-            "applied",
+            event,
         )
-        p.stage = "applied"
-        crashpoint("apply.before_save")
 
     # ---- measure and decide --------------------------------------------------------------
 
@@ -282,19 +290,7 @@ class CandidateArm:
         )
         crashpoint("settle.before_record")
         new, old = (p.candidate, p.parent) if keep else (p.parent, p.candidate)
-        rc.book.once(
-            key,
-            PolicyChangeRecord(
-                arm=self.name,
-                mutation_id=m.mutation_id,
-                surface=m.surface,
-                from_hash=old.hashes[m.surface],
-                to_hash=new.hashes[m.surface],
-                policy_set=new.set_id,
-                commit=commit,
-            ),
-            "promote" if keep else "revert",
-        )
+        self.record_change(key, m, old, new, "promote" if keep else "revert", commit)
         if keep:
             arm.champion, arm.keeps = p.candidate, arm.keeps + 1
         else:
