@@ -29,6 +29,7 @@ DISK_FULL_ENV = "SIL_DISK_FULL_AT"
 # `round.*` are also reached by baseline, never and final rounds). Names are stable: tests
 # and docs refer to them.
 CRASH_POINTS: tuple[str, ...] = (
+    "propose.after_call",  # the proposer answered (its model calls paid); nothing recorded
     "propose.before_save",  # candidate chosen and stored as a set; state not saved
     "propose.after_save",  # pending candidate saved; nothing recorded in the ledger
     "apply.before_intent",  # mutation recorded; apply intent not yet

@@ -18,6 +18,7 @@ import numpy as np
 from loop.context import RunContext
 from loop.errors import Halt
 from loop.evidence import MutatorContext, build_context, check_citation, observed_effect
+from loop.faults import crashpoint
 from loop.mutation import Mutation
 from loop.proposers import Proposal, ProposalRequest, Proposer
 from loop.records import EffectRecord, Keys, MutationRecord, MutatorCallRecord, ProposerGapRecord, RoundRecord
@@ -50,8 +51,10 @@ class CandidateSource:
                 context=context,
                 spend=rc.rounds.usd_left,
                 work_dir=rc.run_dir / "mutator",
+                attempt=arm.proposer_gaps,
             )
         )
+        crashpoint("propose.after_call")
         proposal = self.checked(proposal, context)
         self.record_calls(arm, index, proposal)
         if proposal.gap is not None:

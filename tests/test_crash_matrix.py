@@ -61,6 +61,7 @@ LOOP_TEMP = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")
 CHAIN = [
     ("audit.running", 2, False),  # baseline audit mid-flight; it finishes on its own
     ("audit.between_records", 2, False),  # half of an A/A round recorded
+    ("propose.after_call", 1, False),  # mutator answered, nothing recorded: replayed, not re-paid
     ("apply.before_write", 1, False),  # random candidate: intent recorded, file not written
     ("round.before_record", 1, False),  # audits recorded, round statistic not stored
     ("verdict.before_save", 1, False),  # verdict recorded, state not saved

@@ -42,6 +42,7 @@ class ProposalRequest:
     context: Any = None  # evidence and history for evidence-reading proposers
     spend: Callable[[float], str | None] = field(default=_no_limit)  # why up to $x may not be spent
     work_dir: Path | None = None  # where a proposer keeps raw model outputs
+    attempt: int = 0  # the arm's proposer gaps so far for this candidate: a retry is a new question
 
 
 class MutatorCall(BaseModel):

@@ -9,7 +9,9 @@ then through this proposer's own checks: every evidence item cites this run's ev
 tried edit is repeated (normalised value), at most `axis_guard` consecutive candidates on
 one surface.path, and the edit applies to the champion. An output that fails is sent back
 with the error, at most `max_retries` times; then the proposal is a gap. Before each call
-the worst-case cost is asked of the run's USD budget.
+the worst-case cost is asked of the run's USD budget, and every call goes through a call
+journal (`calls.py`): a run resumed after a crash replays a saved answer instead of paying
+for it again, and charges the bound of a call whose answer was lost.
 
 Any inspect-ai model name works (`anthropic/...`, `openai/...`; the key comes from the env var
 the contract names); `scripted/mutator` is the deterministic offline model.
@@ -31,12 +33,14 @@ from loop.contract import LoadedContract, template_path
 from loop.evidence import MutatorContext, check_citation, norm_hash
 from loop.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from loop.proposers.base import MutatorCall, Proposal, ProposalRequest
+from loop.proposers.calls import CallJournal, CallKey
 from sil_policy import SURFACES
 
 TOOL_NAME = "propose_mutation"
 NO_PROPOSAL = "NO_PROPOSAL"  # the model's answer when the evidence supports no further change
 CHARS_PER_TOKEN_BOUND = 3  # worst-case bound: real tokenizers average about 4 characters
 RETRY_OVERHEAD_TOKENS = 800  # the previous answer and the error sent back, per retry
+LOST_CALL = "{n} call(s) made before a crash, output never saved: charged the worst-case bound"
 MODEL_FIELDS = ("surface", "path", "value", "hypothesis", "evidence", "expected_effect", "rollback_condition")
 
 
@@ -164,16 +168,12 @@ class LLMProposer:
         error = "no call made"
         for n in range(self.settings.max_retries + 1):
             bound = self.bound(prompt, n)
-            if why := request.spend(bound + sum(c.usd for c in calls)):
-                return Proposal(calls=calls, stop=f"mutator call not made: {why}")
             prompt_sha = hashlib.sha256("\n\n".join(m.text for m in messages).encode()).hexdigest()
-            try:
-                output = self.generate(messages)
-            except Exception as ex:  # provider errors: a recorded gap, never a crash of the run
-                calls.append(
-                    MutatorCall(model=self.role.model, prompt_sha256=prompt_sha, usd=bound, error=str(ex)[:300])
-                )
-                return Proposal(calls=calls, gap=f"mutator model call failed: {str(ex)[:200]}")
+            output, stopped = self.paid_output(
+                messages, CallKey(request.arm, request.index, request.attempt, n, prompt_sha), bound, calls, request
+            )
+            if stopped is not None:
+                return stopped
             record, tool_call = self.record(output, prompt_sha, request, n, bound)
             if tool_call is None and output.message.text.strip().startswith(NO_PROPOSAL):
                 return Proposal(calls=[*calls, record])  # nothing left to try
@@ -191,6 +191,33 @@ class LLMProposer:
             calls.append(record)
             return Proposal(mutation=mutation, calls=calls)
         return Proposal(calls=calls, gap=f"{len(calls)} invalid mutator outputs; last: {error[:300]}")
+
+    def paid_output(
+        self, messages: list[Any], key: CallKey, bound: float, calls: list[MutatorCall], request: ProposalRequest
+    ) -> tuple[Any, Proposal | None]:
+        """The model's answer (replayed if a crash interrupted the run after it was paid), or a stop/gap."""
+        from inspect_ai.model import ModelOutput
+
+        journal = CallJournal(request.work_dir, key)
+        lost = journal.lost(ModelOutput)
+        if lost.calls:
+            note = LOST_CALL.format(n=lost.calls)
+            calls.append(MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=lost.usd, error=note))
+        output = journal.replay(ModelOutput)
+        if output is not None:
+            return output, None
+        if why := request.spend(bound + sum(c.usd for c in calls)):
+            return None, Proposal(calls=calls, stop=f"mutator call not made: {why}")
+        journal.begin(bound, lost)
+        try:
+            output = self.generate(messages)
+        except Exception as ex:  # provider errors: a recorded gap, never a crash of the run
+            calls.append(
+                MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=bound, error=str(ex)[:300])
+            )
+            return None, Proposal(calls=calls, gap=f"mutator model call failed: {str(ex)[:200]}")
+        journal.finish(output.model_dump_json())
+        return output, None
 
     def record(self, output: Any, prompt_sha: str, request: ProposalRequest, n: int, bound: float) -> tuple:
         """The call's record (tokens, cost, raw output kept in the run directory) and its tool call."""
