@@ -393,7 +393,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).
 
 @app.command("runs")
 def runs_cmd(as_json: JsonOpt = False) -> None:
-    """List every run: contract, backend, phase, audits/budget, USD, KEEPs, ledger verify status."""
+    """List every run: contract, backend, phase, audits/budget, USD, KEEPs, hash chain and checkpoints."""
     from rich.table import Table
 
     from loop.runview import load_run, run_dirs

@@ -126,6 +126,19 @@ def verify_run_ledger(
     return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints), "notes": notes})
 
 
+def verify_chain_and_checkpoints(ledger_path: Path, root: Path) -> VerifyReport:
+    """The quick check for listings: the hash chain and that every git checkpoint is a prefix.
+
+    Signatures, the declared trust and the witness are left to `verify_run_ledger`.
+    """
+    data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+    base = verify_bytes(data)
+    repo = anchor_repo(root, create=False)
+    checkpoints = read_checkpoints(repo, run_id_of(ledger_path, data)) if repo is not None else []
+    errors = [*base.errors, *compare_checkpoints(data, checkpoints)]
+    return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints)})
+
+
 def _signed_errors(
     data: bytes, checkpoints: list[Checkpoint], trust: Trust, anchor: Path | None, required: bool
 ) -> list[str]:

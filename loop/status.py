@@ -15,7 +15,7 @@ import socket
 
 from pydantic import BaseModel
 
-from ledger import verify_file
+from loop.ledgerverify import verify_chain_and_checkpoints
 from loop.locks import OWNER_SUFFIX, RUN_LOCK
 from loop.runview import LEDGER, RunView
 from loop.startchecks import planned_audits
@@ -129,8 +129,8 @@ def run_status(view: RunView) -> RunStatus:
 def run_overview(view: RunView) -> RunOverview:
     s, c = view.state, view.contract
     run = view.first("contract") or {}
-    report = verify_file(view.run_dir / LEDGER)
-    note = f"{report.records} records" if report.ok else "; ".join(report.errors[:2])
+    report = verify_chain_and_checkpoints(view.run_dir / LEDGER, view.run_dir.parents[2])
+    note = f"{report.records} records, {report.checkpoints} checkpoints" if report.ok else "; ".join(report.errors[:2])
     return RunOverview(
         run_id=view.run_id,
         contract_id=run.get("contract_id"),

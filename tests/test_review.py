@@ -147,6 +147,15 @@ def test_runs_and_status_json(done, monkeypatch) -> None:
     assert status["alpha_run"] == 0.1 and status["last_verdicts"]
 
 
+def test_runs_flags_a_ledger_cut_behind_its_checkpoints(copy_of) -> None:
+    path = copy_of / "state" / "runs" / RUN / "ledger.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[: len(lines) // 2]))  # a valid chain, shorter than its checkpoints
+    (run,) = json.loads(invoke("runs", "--json").output)
+    assert not run["verified"] and "checkpoint" in run["verify_note"]
+    assert "FAILS" in invoke("runs").output
+
+
 def test_status_names_the_running_candidate_from_a_saved_state(done, copy_of) -> None:
     from loop.runstate import RunState
 
