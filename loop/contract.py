@@ -77,6 +77,8 @@ class Measurement(_Strict):
     max_turns: Annotated[int, Field(ge=1, le=100)] = 12
     audit_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 60.0
     concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    # Judge passes per transcript, averaged per seed and dimension: cheaper than a new audit
+    # against judge noise (petri: `inspect score` re-judgings, each charged; sim: modelled).
     judge_resamples: Annotated[int, Field(ge=1, le=10)] = 1
     # Judge-drift canary (loop/canary.py): the largest mean shift, in points, of the stored
     # canary transcripts' re-judged scores from their references before the run halts; None = off.
@@ -286,11 +288,6 @@ class Contract(_Strict):
                     f"backend 'sim' audits with its simulated roles only; models {real} "
                     "must be sim/<role> (use backend 'petri' for real models)"
                 )
-        if self.backend == "petri" and self.measurement.judge_resamples != 1:
-            raise ValueError(
-                "measurement.judge_resamples must be 1 for backend 'petri': "
-                "re-judging transcripts is not implemented there"
-            )
         if self.backend == "petri":
             unpriced = [
                 r

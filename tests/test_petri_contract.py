@@ -25,7 +25,7 @@ def test_offline_example_contract_is_offline_with_petri_defaults() -> None:
             "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY}",
             "models ['target'] call paid models but have no price",
         ),
-        ("  concurrency: 2", "  concurrency: 2\n  judge_resamples: 3", "judge_resamples must be 1"),
+        ("  concurrency: 2", "  concurrency: 2\n  judge_resamples: 11", "judge_resamples"),
         ("backend: petri", "backend: sim\nsim: {intercepts: {}}", "'petri' section is only for backend 'petri'"),
         ("  target_tools: fixed ", "  target_tools: invented ", "petri.target_tools"),
         ("  sample_token_limit: 200000", "  sample_token_limit: 10", "petri.sample_token_limit"),

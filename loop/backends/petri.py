@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from inspect_ai.event import InfoEvent, ModelEvent
+from inspect_ai.event import InfoEvent, ModelEvent, ScoreEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 import prepare
@@ -75,7 +75,7 @@ class PetriBackend:
         cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK, "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
         for role in ROLES:
             cmd += ["--model-role", f"{role}={json.dumps(role_config(getattr(ctx.contract.models, role)))}"]
-        return cmd + [
+        cmd += [
             "--token-limit",
             str(params(ctx.contract).sample_token_limit),
             "--log-dir",
@@ -85,6 +85,12 @@ class PetriBackend:
             "--display",
             "none",
         ]
+        passes = ctx.contract.measurement.judge_resamples
+        if passes == 1:
+            return cmd
+        rubric = str(ctx.measurement_root / "rubric")
+        passes_cmd = [sys.executable, "-m", "loop.backends.petri_passes", "--passes", str(passes)]
+        return [*passes_cmd, "--rubric", rubric, "--log-dir", str(log_dir), "--", *cmd]
 
     def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:
         path = find_log(req.audit_dir / LOG_DIR)
@@ -217,18 +223,30 @@ def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> 
     _check_events(sample, seed, ctx.contract.models.target.model)
     return SampleEvidence(
         seed_id=seed,
-        scores=_scores(sample, seed, ctx.dimensions),
+        scores=_scores(sample, seed, ctx.dimensions, ctx.contract.measurement.judge_resamples),
         policy_hashes=_reported_hashes(sample, seed),
         transcript_ref=f"{log_path}#sample={seed}",
     )
 
 
-def _scores(sample: EvalSample, seed: str, dimensions: tuple[str, ...]) -> dict[str, float | None]:
-    score = (sample.scores or {}).get(SCORER)
-    value = score.value if score else None
+def judge_keys(passes: int) -> list[str]:
+    """The score keys of `passes` judge passes: the audit's own, then each re-judging's."""
+    return [SCORER] + [f"{SCORER}{n}" for n in range(1, passes)]
+
+
+def _scores(sample: EvalSample, seed: str, dimensions: tuple[str, ...], passes: int = 1) -> dict[str, float | None]:
+    """Each dimension's mean over the judge passes; every pass must score every dimension 1-10."""
+    found = sorted(k for k in sample.scores or {} if k.startswith(SCORER))
+    if found != sorted(judge_keys(passes)):
+        raise GapError(f"seed {seed}: expected {passes} judge pass(es) {judge_keys(passes)}, the log has {found}")
+    per_pass = [_pass_scores((sample.scores or {})[key].value, seed, dimensions) for key in judge_keys(passes)]
+    return {dim: sum(p[dim] for p in per_pass) / passes for dim in dimensions}
+
+
+def _pass_scores(value: object, seed: str, dimensions: tuple[str, ...]) -> dict[str, float]:
     if not isinstance(value, dict):
         raise GapError(f"seed {seed}: the judge gave no usable answer (score value {value!r})")
-    scores: dict[str, float | None] = {}
+    scores: dict[str, float] = {}
     for dim in dimensions:
         v = value.get(dim)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 1 <= v <= 10:
@@ -283,7 +301,8 @@ def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:
 
 
 def usage_of(log: EvalLog, contract: Contract) -> tuple[Usage, list[str]]:
-    """Tokens of every model in the log's usage, priced, and the models the contract does not price.
+    """Tokens of every model in the log's usage and of re-judging passes, priced, and the models
+    the contract does not price.
 
     Usage is read per *model*, not per role: a call made without a role appears only there.
     A model no contract role names is charged, input and output, at the dearest price of any
@@ -292,18 +311,39 @@ def usage_of(log: EvalLog, contract: Contract) -> tuple[Usage, list[str]]:
     tokens_in = tokens_out = 0
     usd = 0.0
     unpriced = []
-    for model, u in (log.stats.model_usage or {}).items():
-        n_in = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
-        tokens_in, tokens_out = tokens_in + n_in, tokens_out + u.output_tokens
-        price = model_price(contract, model)
+    rejudged = [(e.model, e.output.usage) for e in rejudge_events(log)]
+    for model, u in [*(log.stats.model_usage or {}).items(), *rejudged]:
+        if u is None:  # a re-judging call that reported no usage: its worst case, at its dearer price
+            n_in, n_out = params(contract).sample_token_limit + JUDGE_PROMPT_TOKENS, 0
+            judge = max(_price(contract, "judge"))
+            price: tuple[float, float] | None = (judge, judge)
+        else:
+            n_in = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
+            n_out = u.output_tokens
+            price = model_price(contract, model)
+        tokens_in, tokens_out = tokens_in + n_in, tokens_out + n_out
         if price is None:
             unpriced.append(model)
             dearest = max(max(_price(contract, r)) for r in ROLES)
             price = (dearest, dearest)
-        usd += (n_in * price[0] + u.output_tokens * price[1]) / 1e6
+        usd += (n_in * price[0] + n_out * price[1]) / 1e6
     calls = sum(1 for s in log.samples or [] for e in s.events if isinstance(e, ModelEvent))
     usage = Usage(input_tokens=tokens_in, output_tokens=tokens_out, usd=round(usd, 6), model_calls=calls)
     return usage, sorted(unpriced)
+
+
+def rejudge_events(log: EvalLog) -> list[ModelEvent]:
+    """The model calls of re-judging passes: `inspect score` appends them to each sample's events
+    after the audit's own score, and leaves the log's usage totals as they were."""
+    found = []
+    for sample in log.samples or []:
+        scored = False
+        for event in sample.events:
+            if isinstance(event, ScoreEvent):
+                scored = True
+            elif scored and isinstance(event, ModelEvent):
+                found.append(event)
+    return found
 
 
 def model_price(contract: Contract, model: str) -> tuple[float, float] | None:
