@@ -36,6 +36,7 @@ from loop.arms import candidate_phase, never_phase
 from loop.backends import make_backend
 from loop.baseline import baseline_phase
 from loop.canary import canary_check
+from loop.canary import reserve as canary_reserve
 from loop.certify import final_phase
 from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
 from loop.context import RunContext
@@ -216,6 +217,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
 
     journal = Journal.open(cfg.run_dir, ledger, new_state, cfg.on_event)
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(cfg.before_audits, cfg.anchor))
+    rounds.reserve_usd = canary_reserve(contract, measure_ctx.measurement_root)
     rc = RunContext(
         loaded=loaded,
         promotion=promotion,

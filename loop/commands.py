@@ -15,6 +15,7 @@ from rich.markup import escape
 import prepare
 from loop.approval import ApprovalError, frozen_measurement_hash
 from loop.backends import make_backend
+from loop.canary import reserve as canary_reserve
 from loop.contract import LoadedContract
 from loop.errors import ExitCode, Halt, Refused
 from loop.locks import LockedError, policy_lock, run_lock
@@ -26,7 +27,7 @@ from loop.sshsig import SignatureError, Signer
 from loop.startchecks import planned_audits, start_checks
 from loop.witness import WitnessError, witness_from_env
 from sil_policy import PolicyError
-from train import LOCKS, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
+from train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 
 
 def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str:
@@ -39,6 +40,8 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     plan = planned_audits(c)
     worst = plan.total * backend.audit_cost_bound(c, seeds)
     mutator_calls, mutator_usd = mutator_worst_case(c)
+    canary_checks = len(PHASES)  # before every phase but the preflight, and at the end
+    canary_usd = canary_checks * canary_reserve(c, root / c.measurement.seed_library)
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
@@ -58,6 +61,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             ),
             f"worst-case cost at the audit limit: ${worst:.2f}"
             + (f" + ${mutator_usd:.2f} for the mutator" if mutator_usd else "")
+            + (f" + ${canary_usd:.2f} for {canary_checks} judge-drift canary checks" if canary_usd else "")
             + f" ({backend.note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
         ]
     )

@@ -305,11 +305,6 @@ class Contract(_Strict):
                 f"search_space.surfaces {unread} are not in runtime.surfaces: the runtime under test "
                 "does not read them, so no change there could reach it"
             )
-        if self.measurement.canary_max_shift is not None and not (self.backend == "sim" or self.models.judge.offline):
-            raise ValueError(
-                "measurement.canary_max_shift: the judge-drift canary re-judges with the simulated or an offline "
-                "judge only; re-judging with a paid judge is not implemented (its calls would not be budgeted)"
-            )
         if not self.models.mutator.offline and self.models.mutator.price is None:
             raise ValueError(
                 "models.mutator calls a paid model but has no price: add "

@@ -244,6 +244,8 @@ class CanaryRecord(Payload):
     shift: dict[str, float]
     max_shift: float
     halted: bool
+    usd: float = 0.0  # what re-judging with a paid judge cost (0 for the simulated or an offline judge)
+    calls: int = 0
 
 
 class SurfaceProbe(Payload):

@@ -65,6 +65,7 @@ class RoundRunner:
         self.store = store
         self.guards = guards
         self.cost_bound = backend.audit_cost_bound(ctx.contract, len(ctx.seed_ids))
+        self.reserve_usd = 0.0  # held back from audits and mutator calls (e.g. the final canary)
 
     # ---- budget --------------------------------------------------------------------------
 
@@ -78,19 +79,25 @@ class RoundRunner:
             return f"arm budget ({b.arm_audits[arm]} audits) spent"
         if self.journal.elapsed() > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
-        if s.usd + n * self.cost_bound > b.max_usd + 1e-12:
+        if s.usd + n * self.cost_bound + self.reserve_usd > b.max_usd + 1e-12:
             return (
                 f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
-                f"up to ${self.cost_bound:.2f} per audit"
+                f"up to ${self.cost_bound:.2f} per audit{self._held_back()}"
             )
         return None
 
     def usd_left(self, usd: float) -> str | None:
         """Why spending up to `usd` more (e.g. a mutator call) may not start, or None."""
         b, s = self.ctx.contract.budget, self.journal.state
-        if s.usd + usd > b.max_usd + 1e-12:
-            return f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, up to ${usd:.2f} more"
+        if s.usd + usd + self.reserve_usd > b.max_usd + 1e-12:
+            return (
+                f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
+                f"up to ${usd:.2f} more{self._held_back()}"
+            )
         return None
+
+    def _held_back(self) -> str:
+        return f", ${self.reserve_usd:.2f} held back for the final canary" if self.reserve_usd else ""
 
     def audits_left(self, arm: str) -> int:
         """Audits the arm may still spend under its own and the run's audit budgets."""

@@ -212,8 +212,8 @@ def _changed_contracts(contract: Contract):
 
 # Only with the other switched too, and then the contract is offline (sim): no approval needed.
 COUPLED = {("backend",), ("sim",)}
-# No other value validates: Literal[True]; nor does the judge-drift canary with a paid judge.
-FIXED = {("stop", "stop_on_uncertain_revert"), ("measurement", "canary_max_shift")}
+# No other value validates: Literal[True].
+FIXED = {("stop", "stop_on_uncertain_revert")}
 # Only for the offline catalogue mutator; and `bound` hashes are computed (tested in test_contract).
 COUPLED |= {("mutator", "catalogue"), ("bound", "programme")}
 

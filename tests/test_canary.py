@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loop.canary import load_canary, mean_shift, model_rejudge, sim_rejudge
-from loop.contract import Contract, load_contract
+from loop.canary import cost_bound, load_canary, mean_shift, model_rejudge, reserve, sim_rejudge
+from loop.contract import Contract, RoleModel, load_contract
 from sil_runtime.sim.params import SimParams
 from tests.conftest import REPO, edit_contract
 from tests.test_train import records, run_loop, shrink
@@ -49,15 +49,77 @@ def test_a_steady_judge_passes_every_canary_check(workspace: Path) -> None:
 def test_the_scripted_judge_gives_the_stored_references() -> None:
     items = load_canary(REPO / "measurement")
     dims = sorted({d for i in items for d in i.reference})
-    scores = model_rejudge(items, "scripted/judge", dims)
-    assert {i.id: i.reference for i in items} == scores  # an offline canary check shifts by exactly 0
-    assert mean_shift(items, scores, dims) == dict.fromkeys(dims, 0.0)
+    result = model_rejudge(items, RoleModel(model="scripted/judge"), dims)
+    assert {i.id: i.reference for i in items} == result.scores  # an offline canary check shifts by exactly 0
+    assert mean_shift(items, result.scores, dims) == dict.fromkeys(dims, 0.0) and result.usd == 0
 
 
-def test_the_canary_with_a_paid_judge_is_refused() -> None:
+PAID = {"model": "anthropic/claude-j", "price": {"input_per_mtok": 3, "output_per_mtok": 15}}
+
+
+def test_a_paid_judge_canary_is_allowed_and_its_final_check_held_back() -> None:
     data = load_contract(REPO / "examples" / "program-petri-offline.md").contract.model_dump()
     data["measurement"]["canary_max_shift"] = 1.0
-    Contract.model_validate(data)  # scripted judge: allowed
-    data["models"]["judge"] = {"model": "anthropic/claude-j", "price": {"input_per_mtok": 1, "output_per_mtok": 1}}
-    with pytest.raises(ValueError, match="re-judging with a paid judge is not implemented"):
-        Contract.model_validate(data)
+    data["models"]["judge"] = {**PAID, "credential_env": "ANTHROPIC_API_KEY"}
+    contract = Contract.model_validate(data)
+    items = load_canary(REPO / "measurement")
+    held = reserve(contract, REPO / "measurement")
+    assert held == cost_bound(contract.models.judge, items) > len(items) * 1000 * 15e-6  # answers at their cap
+    data["measurement"]["canary_max_shift"] = None
+    assert reserve(Contract.model_validate(data), REPO / "measurement") == 0.0
+
+
+class CountingModels:
+    """`get_model` that counts the judge's calls (the offline scripted judge answers them)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import inspect_ai.model
+
+        self.calls = 0
+        real = inspect_ai.model.get_model
+
+        def counting(name, **kwargs):
+            model = real("scripted/judge", memoize=False, **kwargs)  # a fresh model: wrapped once
+            generate = model.generate
+
+            async def counted(*args, **kw):
+                self.calls += 1
+                return await generate(*args, **kw)
+
+            model.generate = counted  # type: ignore[method-assign]
+            return model
+
+        monkeypatch.setattr(inspect_ai.model, "get_model", counting)
+
+
+def test_paid_rejudging_is_charged_once_even_across_a_crash(monkeypatch, tmp_path: Path) -> None:
+    models = CountingModels(monkeypatch)
+    items = load_canary(REPO / "measurement")
+    dims = sorted({d for i in items for d in i.reference})
+    judge = RoleModel.model_validate(PAID)
+    first = model_rejudge(items, judge, dims, tmp_path, "start")
+    assert models.calls == len(items) and first.calls == len(items) and 0 < first.usd <= cost_bound(judge, items)
+    again = model_rejudge(items, judge, dims, tmp_path, "start")  # a resume: the answers are replayed
+    assert models.calls == len(items) and again == first
+    (saved, *_) = sorted((tmp_path / "calls").glob("*.output.json"))
+    saved.unlink()  # the first answer was lost with the crash: its call is charged its bound, made again
+    lost = model_rejudge(items, judge, dims, tmp_path, "start")
+    assert models.calls == len(items) + 1 and lost.scores == first.scores
+    assert lost.usd > first.usd and lost.usd == pytest.approx(first.usd + cost_bound(judge, items[:1]), abs=1e-6)
+
+
+def test_the_reserve_is_held_back_from_audits_and_mutator_calls() -> None:
+    from types import SimpleNamespace
+
+    from loop.rounds import Guards, RoundRunner
+
+    budget = SimpleNamespace(max_audits=100, arm_audits={}, max_wall_s=1e9, max_usd=10.0)
+    state = SimpleNamespace(audits=0, usd=6.0, arms={})
+    journal = SimpleNamespace(state=state, elapsed=lambda: 0.0)
+    ctx = SimpleNamespace(contract=SimpleNamespace(budget=budget), seed_ids=("a",))
+    backend = SimpleNamespace(audit_cost_bound=lambda contract, n: 1.0)
+    rounds = RoundRunner(journal, ctx, backend, None, Guards())  # type: ignore[arg-type]
+    assert rounds.budget_left("gate", 4) is None and rounds.usd_left(4.0) is None
+    rounds.reserve_usd = 0.5
+    assert "held back for the final canary" in (rounds.budget_left("gate", 4) or "")
+    assert "held back" in (rounds.usd_left(4.0) or "") and rounds.usd_left(3.5) is None

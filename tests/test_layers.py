@@ -66,6 +66,7 @@ LAYERS: dict[str, int | str] = {
     "loop.evidence": 2,
     "loop.witness": 2,
     "loop.ledgerverify": 2,
+    "loop.modelcalls": 2,
     # L3
     "loop.rounds": 3,
     "loop.context": 3,

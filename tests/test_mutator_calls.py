@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.model import ModelOutput, get_model
 
-from loop.proposers.calls import CallJournal, CallKey, Lost
+from loop.modelcalls import CallJournal, CallKey, Lost
 from loop.proposers.llm import LLMProposer, render_prompt
 from tests.test_llm_mutator import PRICED, champion, context, loaded, request  # noqa: F401  (fixture)
 

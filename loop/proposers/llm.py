@@ -10,7 +10,7 @@ tried edit is repeated (normalised value), at most `axis_guard` consecutive cand
 one surface.path, and the edit applies to the champion. An output that fails is sent back
 with the error, at most `max_retries` times; then the proposal is a gap. Before each call
 the worst-case cost is asked of the run's USD budget, and every call goes through a call
-journal (`calls.py`): a run resumed after a crash replays a saved answer instead of paying
+journal (`loop/modelcalls.py`): a run resumed after a crash replays a saved answer instead of paying
 for it again, and charges the bound of a call whose answer was lost.
 
 Any inspect-ai model name works (`anthropic/...`, `openai/...`; the key comes from the env var
@@ -31,9 +31,9 @@ from typing import Any
 
 from loop.contract import LoadedContract, template_path
 from loop.evidence import MutatorContext, check_citation, norm_hash
+from loop.modelcalls import CallJournal, CallKey
 from loop.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from loop.proposers.base import MutatorCall, Proposal, ProposalRequest
-from loop.proposers.calls import CallJournal, CallKey
 from sil_policy import SURFACES
 
 TOOL_NAME = "propose_mutation"

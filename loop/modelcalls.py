@@ -1,11 +1,12 @@
 """A journal of paid model calls, so a crash never makes the loop pay for the same call twice.
 
-Layer L2. Before a proposer calls its model it writes a `pending` marker with the call's
-worst-case cost; when the output arrives it is saved atomically next to it. A resumed run that
-asks the same question (same arm, candidate, attempt, call number and prompt hash) replays the
-saved output instead of calling the model again. A marker with no output means a call was made
-and its answer was lost to the crash: the proposer charges that call its bound, so the run's
-USD budget still counts it, and then calls again.
+Layer L2, used by the LLM mutator and the judge-drift canary. Before a caller calls a model it
+writes a `pending` marker with the call's worst-case cost; when the output arrives it is saved
+atomically next to it. A resumed run that asks the same question (same arm, candidate,
+attempt, call number and prompt hash) replays the saved output instead of calling the model
+again. A marker with no output means a call was made and its answer was lost to the crash:
+the caller charges that call its bound, so the run's USD budget still counts it, and then
+calls again.
 
     journal = CallJournal(work_dir, CallKey(arm="gate", index=3, attempt=0, call=0, prompt_sha256=sha))
     lost = journal.lost(ModelOutput)                # calls lost to a crash, to charge their bounds
