@@ -55,6 +55,8 @@ LAYERS: dict[str, int | str] = {
     "loop.policystore": 2,
     "loop.policyrefs": 2,
     "loop.attempts": 2,
+    "loop.auditproc": 2,
+    "loop.rayexec": 2,
     "loop.approval": 2,
     "loop.checkpoint": 2,
     "loop.sshsig": 2,
