@@ -230,14 +230,18 @@ def runner_for(ctx: MeasureContext, audits_dir: Path) -> ProcessRunner:
     return LocalRunner()
 
 
-def settle(ctx: MeasureContext, audits: list[tuple[str, Path]]) -> None:
-    """Before recovery reads the attempts logs: await audits a crashed driver's Ray workers still run."""
+def settle(ctx: MeasureContext, audits: list[tuple[str, Path]]) -> list[str]:
+    """Before recovery reads the attempts logs: await audits a crashed driver's Ray workers still run.
+
+    Returns the audits it awaited (none for the local executor: its audits are awaited through
+    the attempts log and the process table).
+    """
     if ctx.contract.executor.kind != "ray" or not audits:
-        return
+        return []
     from loop import rayexec
 
     runner = rayexec.runner_for(ctx.contract, audits[0][1].parent, ctx.measurement_root)
-    runner.settle(audits)
+    return runner.settle(audits)
 
 
 # API-key-shaped tokens; group `pre` (kept) is the text before the secret

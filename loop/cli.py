@@ -165,6 +165,31 @@ def run(
 
 
 @app.command()
+def sweep(
+    contracts: Annotated[list[Path], typer.Argument(help="Contracts to run, each as its own run.")],
+    seeds: Annotated[
+        int, typer.Option("--seeds", min=1, max=64, help="Runs per contract: seed, seed+1, ... (variants beside it).")
+    ] = 1,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Runs at once (default: all).")] = 0,
+) -> None:
+    """Run several contracts (or seeds of one) as independent runs, then print their combined status."""
+    from loop.sweep import plan_sweep, run_sweep, sweep_table
+
+    root = Path.cwd()
+    try:
+        runs = plan_sweep([_user_path(c) for c in contracts], seeds)
+    except Refused as ex:
+        _fail(str(ex))
+    err.print(f"sweep: {len(runs)} runs: {', '.join(r.run_id for r in runs)}", highlight=False)
+    outcomes = run_sweep(runs, root, parallel or len(runs))
+    out.print(sweep_table(outcomes, root))
+    for o in outcomes:
+        if o.exit_code != 0:
+            err.print(f"{o.run.run_id} exited {o.exit_code}: {escape(o.tail)}", highlight=False)
+    raise typer.Exit(max((abs(o.exit_code) for o in outcomes), default=0))
+
+
+@app.command()
 def approve(
     by: Annotated[str, typer.Option("--by", help="Who approves (your identity in allowed_signers).")],
     contract: ContractOpt = Path("program.md"),

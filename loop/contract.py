@@ -274,7 +274,9 @@ class Executor(_Strict):
     def _ray_only(self) -> Executor:
         if self.kind == "local":
             ray_fields = [f for f in ("address_env", "resources") if getattr(self, f)]
-            ray_fields += [f for f in ("num_cpus", "max_in_flight") if f in self.model_fields_set]
+            ray_fields += [
+                f for f in ("num_cpus", "max_in_flight") if getattr(self, f) != type(self).model_fields[f].default
+            ]
             if ray_fields:
                 raise ValueError(
                     f"executor fields {ray_fields} apply to kind 'ray' only; set kind: ray, or remove them "

@@ -31,6 +31,7 @@ import atexit
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 import uuid
@@ -52,6 +53,7 @@ SLOT_PREFIX = "slot-"
 EXECUTOR_FILE = "executor.json"  # in the audit dir: which slot and node ran the last attempt
 SLOT_THREADS = 4  # per slot actor: its one audit plus the driver's status queries
 POLL_S = 0.05
+PROBE_TIMEOUT_S = 2.0
 # Ray's own settings for every process this module starts or connects: no usage reporting.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 INSTALL_HINT = "pip install -e '.[ray]' (pins ray==2.60.0)"
@@ -168,6 +170,20 @@ def import_ray() -> Any:
     return ray
 
 
+def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why nothing answers at a Ray `host:port` address (a TCP connect, no Ray import), or None."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return f"{address!r} is not host:port"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except OSError as ex:
+        return (
+            f"nothing answers at {address} ({ex.strerror or ex}); start it with `ray start --head` or fix the address"
+        )
+
+
 def address_of(contract: Contract) -> str:
     """The cluster address: the value of the contract's named env var, or 'auto'."""
     name = contract.executor.address_env
@@ -262,20 +278,24 @@ class RayRunner:
         assert outcome.rc is not None
         return outcome.rc
 
-    def settle(self, audits: list[tuple[str, Path]]) -> None:
+    def settle(self, audits: list[tuple[str, Path]]) -> list[str]:
         """Await the audits that live slots (of a driver that died) still run or hold.
 
         An audit no live slot holds and whose log shows no exit is judged from the log, as a
         local one is; but if it last ran on another node that is still alive, this driver cannot
-        see its processes, so whether it still runs is unknown (AuditStateUnknown).
+        see its processes, so whether it still runs is unknown (AuditStateUnknown). Returns the
+        audits it awaited.
         """
         wanted = {audit_id for audit_id, _ in audits}
+        awaited = []
         for slot in self._adopt():
-            for audit_id in set(self._ask(slot, "holds") or []) & wanted:
+            for audit_id in sorted(set(self._ask(slot, "holds") or []) & wanted):
                 self._ask(slot, "wait", audit_id)  # the wrapper logged its exit in the audit dir
                 self._ask(slot, "forget", audit_id)
+                awaited.append(audit_id)
         for audit_id, audit_dir in audits:
             self._check_remote(audit_id, audit_dir)
+        return awaited
 
     def close(self) -> None:
         """Kill this run's slots (after their results are stored)."""

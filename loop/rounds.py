@@ -218,9 +218,11 @@ class RoundRunner:
         """
         timeout = self.ctx.contract.measurement.audit_timeout_s
         try:
-            measure.settle(self.ctx, audits)  # Ray slots a crashed driver left: await what they still run
+            awaited = measure.settle(self.ctx, audits)  # Ray slots a crashed driver left: await what they run
         except AuditStateUnknown as ex:
             raise Halt(f"unknown: {ex}; inspect the cluster and the audit directory, then resume") from None
+        if awaited:
+            self.journal.emit(f"  recovery: {', '.join(awaited)} still held by Ray slots; awaited them")
         for audit_id, audit_dir in audits:
             try:
                 status = attempts.await_attempt(audit_dir, timeout)

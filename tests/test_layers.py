@@ -84,6 +84,7 @@ LAYERS: dict[str, int | str] = {
     "loop.startchecks": 3,
     "loop.runview": 3,
     "loop.status": 3,
+    "loop.sweep": 3,
     "loop.progress": 3,
     "loop.report": 3,
     "loop.reportplots": 3,

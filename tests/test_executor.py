@@ -1,0 +1,149 @@
+"""The executor seam without a cluster: contract fields, in-flight bounds, checks, sweep planning.
+
+The Ray runs themselves are in tests/test_ray_executor.py (marker `ray`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from loop import rayexec
+from loop.contract import ContractError, parse_contract
+from loop.errors import Refused
+from loop.startchecks import start_checks
+from loop.sweep import plan_sweep, seed_variant
+from tests.conftest import REPO
+
+TEXT = (REPO / "program.md").read_text()
+RAY_TEXT = (REPO / "examples" / "program-ray.md").read_text()
+SEED_LINE = "seed: 20261129\nsim:"
+
+
+def with_executor(block: str, text: str = TEXT) -> str:
+    assert SEED_LINE in text
+    return text.replace(SEED_LINE, f"executor:\n{block}\n{SEED_LINE}", 1)
+
+
+def test_default_contract_keeps_its_hash_and_runs_locally() -> None:
+    plain = parse_contract(TEXT).contract
+    explicit = parse_contract(with_executor("  kind: local")).contract
+    assert plain.executor.kind == "local"
+    assert explicit.contract_hash == plain.contract_hash  # the default is not part of the hash
+    assert plain.audits_in_flight() == plain.measurement.concurrency == 2
+
+
+def test_ray_contract_bounds_in_flight_per_run_and_per_provider() -> None:
+    ray = parse_contract(RAY_TEXT).contract
+    assert ray.executor.kind == "ray"
+    assert ray.audits_in_flight() == 4
+    capped = parse_contract(with_executor("  kind: ray\n  max_in_flight: 16\n  per_provider: {sim: 3}")).contract
+    assert capped.audits_in_flight() == 3
+    assert capped.contract_hash != ray.contract_hash
+    # a cap for a provider the audits do not call does not bind
+    other = parse_contract(with_executor("  kind: ray\n  max_in_flight: 5\n  per_provider: {anthropic: 1}")).contract
+    assert other.audits_in_flight() == 5
+    local_cap = parse_contract(with_executor("  per_provider: {sim: 1}")).contract
+    assert local_cap.audits_in_flight() == 1
+
+
+@pytest.mark.parametrize(
+    ("block", "fragment"),
+    [
+        ("  kind: slurm", "executor.kind"),
+        ("  kind: ray\n  max_in_flight: 0", "executor.max_in_flight"),
+        ("  kind: ray\n  num_cpus: -1", "executor.num_cpus"),
+        ("  kind: ray\n  address_env: ray_address", "executor.address_env"),
+        ("  kind: ray\n  resources: {gpu-node: 0}", "executor.resources"),
+        ("  kind: ray\n  per_provider: {Anthropic: 2}", "executor.per_provider"),
+        ("  kind: ray\n  per_provider: {anthropic: 0}", "executor.per_provider"),
+        ("  kind: ray\n  max_in_flight: 4\n  workers: 2", "executor.workers: Extra inputs"),
+        ("  kind: local\n  max_in_flight: 4", "apply to kind 'ray' only"),
+        ("  address_env: RAY_ADDRESS", "apply to kind 'ray' only"),
+    ],
+)
+def test_bad_executor_fields_name_the_field(block: str, fragment: str) -> None:
+    with pytest.raises(ContractError) as info:
+        parse_contract(with_executor(block))
+    assert fragment in str(info.value), str(info.value)
+
+
+def _check(workspace: Path, text: str, env: dict[str, str]) -> dict[str, str]:
+    (workspace / "program.md").write_text(text)
+    from loop.contract import load_contract
+
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        report = start_checks(load_contract(workspace / "program.md"), workspace)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return {i.name: f"{i.status}: {i.detail}" for i in report.items}
+
+
+def test_check_reports_an_unset_or_dead_ray_address(workspace: Path) -> None:
+    text = RAY_TEXT.replace("address_env: null", "address_env: SIL_TEST_RAY_ADDR")
+    os.environ.pop("SIL_TEST_RAY_ADDR", None)
+    unset = _check(workspace, text, {})
+    assert unset["executor"].startswith("fail") and "SIL_TEST_RAY_ADDR, which is not set" in unset["executor"]
+    dead = _check(workspace, text, {"SIL_TEST_RAY_ADDR": "127.0.0.1:9"})  # discard port: nothing listens
+    assert dead["executor"].startswith("fail") and "nothing answers" in dead["executor"]
+    bad = _check(workspace, text, {"SIL_TEST_RAY_ADDR": "no-port"})
+    assert "is not host:port" in bad["executor"]
+    auto = _check(workspace, RAY_TEXT, {})
+    assert auto["executor"].startswith("ok")
+
+
+def test_check_reports_ray_not_installed(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    got = _check(workspace, RAY_TEXT, {})
+    assert got["executor"].startswith("fail") and rayexec.INSTALL_HINT in got["executor"]
+
+
+def test_local_runs_never_import_ray(workspace: Path) -> None:
+    import subprocess
+
+    code = (
+        "import sys, measure; from loop.contract import load_contract; from loop.rounds import RoundRunner; "
+        "c = load_contract(__import__('pathlib').Path('program.md')).contract; "
+        "ctx = measure.MeasureContext.from_contract(c, __import__('pathlib').Path('.')); "
+        "measure.runner_for(ctx, __import__('pathlib').Path('state/runs/x/audits')); "
+        "assert 'ray' not in sys.modules, 'ray imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=workspace, check=True)
+
+
+def test_namespace_is_per_run_directory(tmp_path: Path) -> None:
+    a, b = tmp_path / "runs" / "a" / "audits", tmp_path / "runs" / "b" / "audits"
+    assert rayexec.namespace_for(a) == rayexec.namespace_for(a)
+    assert rayexec.namespace_for(a) != rayexec.namespace_for(b)
+
+
+def test_seed_variants_are_contracts_of_their_own(workspace: Path) -> None:
+    path = workspace / "program.md"
+    runs = plan_sweep([path], seeds=3)
+    assert [r.contract.name for r in runs] == ["program.md", "program.seed-1.md", "program.seed-2.md"]
+    assert len({r.run_id for r in runs}) == 3
+    from loop.contract import load_contract
+
+    seeds = [load_contract(r.contract).contract.seed for r in runs]
+    assert seeds == [20261129, 20261130, 20261131]
+    assert seed_variant(path, 0) == path
+
+
+def test_sweep_refuses_the_same_contract_twice_and_too_many_runs(workspace: Path) -> None:
+    path = workspace / "program.md"
+    with pytest.raises(Refused, match="same contract"):
+        plan_sweep([path, path])
+    with pytest.raises(Refused, match="1 to 64 runs"):
+        plan_sweep([path], seeds=65)
+    (workspace / "bad.md").write_text("no front matter")
+    with pytest.raises(Refused, match="front matter"):
+        plan_sweep([workspace / "bad.md"])
