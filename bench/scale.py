@@ -6,7 +6,9 @@ model. Each cell runs one batch of `--audits` audits through the product's own p
 `RoundRunner.run_batch` (intent record, recovery check, `measure.run_audits` with the contract's
 executor, `result.json` stored atomically, one ledger record per audit), at 1, 2, 4 and 8 audits
 in flight. Overhead per audit = (wall - ideal) / audits, where ideal = ceil(audits / in_flight)
-x audit_s; it is the loop's whole cost (driver bookkeeping, process start, Ray scheduling).
+x audit_s; it is the loop's whole cost (driver bookkeeping, process start, Ray scheduling),
+amortized over the audits. "wave +s" is the same excess per wave of `in_flight` audits: how
+much later than `audit_s` an audit's result arrives.
 
     python -m bench.scale                          # local and Ray (a local Ray cluster is started)
     python -m bench.scale --executors local --audits 16 --audit-s 1
@@ -21,6 +23,7 @@ import argparse
 import math
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,6 +48,7 @@ DEFAULT_AUDITS = 32
 DEFAULT_AUDIT_S = 2.0
 OVERHEAD_GOAL = 0.05  # of one audit's duration, at 8 in flight (the issue's acceptance bar)
 PENDING = "evidence.pending.json"
+LEDGER_SAMPLES = 200
 
 
 class FixedBackend:
@@ -89,6 +93,11 @@ class Cell:
     def overhead_s(self) -> float:
         """The loop's cost per audit, over what the audits themselves took."""
         return max(self.wall_s - self.ideal_s, 0.0) / self.audits
+
+    @property
+    def wave_excess_s(self) -> float:
+        """How much longer than one audit each wave of `in_flight` audits took (the latency cost)."""
+        return max(self.wall_s - self.ideal_s, 0.0) / math.ceil(self.audits / self.in_flight)
 
     @property
     def per_hour(self) -> float:
@@ -141,9 +150,22 @@ def run_cell(executor: str, in_flight: int, audits: int, audit_s: float, scratch
     return Cell(executor, in_flight, audits, audit_s, wall)
 
 
+def ledger_append_ms(scratch: Path, n: int = LEDGER_SAMPLES) -> float:
+    """Median ms of one fsynced ledger append of an audit-sized record (the driver's serial write)."""
+    ledger = Ledger(scratch / "append-bench.jsonl", offline=True, simulated=True)
+    payload = {"audit_id": "x", "scores": {f"seed{i}": {f"dim{j}": 3.0 for j in range(10)} for i in range(10)}}
+    times = []
+    for i in range(n):
+        start = time.perf_counter()
+        ledger.append("bench", {**payload, "i": i}, run_id="bench")
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
 def render(cells: list[Cell], console: Console) -> None:
     table = Table(title=f"{cells[0].audits} audits of {cells[0].audit_s:g} s each, one batch per cell")
-    for col in ("executor", "in flight", "wall s", "ideal s", "audits/hour", "overhead/audit s", "% of audit"):
+    cols = ("executor", "in flight", "wall s", "ideal s", "audits/hour", "overhead/audit s", "% of audit", "wave +s")
+    for col in cols:
         table.add_column(col, justify="right")
     for c in cells:
         share = c.overhead_s / c.audit_s
@@ -155,6 +177,7 @@ def render(cells: list[Cell], console: Console) -> None:
             f"{c.per_hour:,.0f}",
             f"{c.overhead_s:.3f}",
             f"{share:.1%}",
+            f"{c.wave_excess_s:.3f}",
         )
     console.print(table)
     for c in cells:
@@ -182,9 +205,11 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             for k in (int(x) for x in args.in_flight.split(",")):
                 cells.append(run_cell(executor, k, args.audits, args.audit_s, scratch))
+        append_ms = ledger_append_ms(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     render(cells, console)
+    console.print(f"driver: one fsynced ledger append (audit-sized record) takes {append_ms:.2f} ms (median)")
 
 
 def _ray_available(console: Console) -> bool:

@@ -54,6 +54,8 @@ EXECUTOR_FILE = "executor.json"  # in the audit dir: which slot and node ran the
 SLOT_THREADS = 4  # per slot actor: its one audit plus the driver's status queries
 POLL_S = 0.05
 PROBE_TIMEOUT_S = 2.0
+# how long past an audit's own timeout the driver waits for its slot's answer before halting
+ANSWER_GRACE_S = 60.0
 # Ray's own settings for every process this module starts or connects: no usage reporting.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 INSTALL_HINT = "pip install -e '.[ray]' (pins ray==2.60.0)"
@@ -261,7 +263,9 @@ class RayRunner:
         ref = slot.handle.run.remote(task)
         crashpoint("audit.running")
         try:
-            outcome: TaskOutcome = self.ray.get(ref)
+            outcome: TaskOutcome = self.ray.get(ref, timeout=timeout + ANSWER_GRACE_S)
+        except self.ray.exceptions.GetTimeoutError:
+            raise AuditStateUnknown(_silent(task.audit_id, slot.name, timeout)) from None
         except self.ray.exceptions.RayActorError as ex:
             self._drop(slot)
             raise WorkerLost(
@@ -367,8 +371,11 @@ class RayRunner:
         return found
 
     def _ask(self, slot: _Slot, method: str, *args: Any) -> Any:
+        timeout = self.contract.measurement.audit_timeout_s + ANSWER_GRACE_S
         try:
-            return self.ray.get(getattr(slot.handle, method).remote(*args))
+            return self.ray.get(getattr(slot.handle, method).remote(*args), timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError:
+            raise AuditStateUnknown(_silent(str(args[0]) if args else "?", slot.name, timeout)) from None
         except self.ray.exceptions.RayActorError:
             self._drop(slot)
             return None
@@ -390,6 +397,13 @@ class RayRunner:
                 f"audit {audit_id}: attempt {status.attempt} ran on node {node[:12]}, which is alive but its slot "
                 "is gone; this driver cannot see whether the audit's processes still run there"
             )
+
+
+def _silent(audit_id: str, slot: str, seconds: float) -> str:
+    return (
+        f"audit {audit_id}: Ray slot {slot} gave no answer within {seconds:g}s (its audit's timeout has passed); "
+        "whether the audit still runs cannot be established"
+    )
 
 
 _RUNNERS: dict[str, RayRunner] = {}

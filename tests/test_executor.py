@@ -147,3 +147,56 @@ def test_sweep_refuses_the_same_contract_twice_and_too_many_runs(workspace: Path
     (workspace / "bad.md").write_text("no front matter")
     with pytest.raises(Refused, match="front matter"):
         plan_sweep([workspace / "bad.md"])
+
+
+def test_scale_bench_goes_through_the_round_runner(tmp_path: Path) -> None:
+    import json
+
+    from bench.scale import run_cell
+
+    cell = run_cell("local", 2, 4, 0.2, tmp_path)
+    assert cell.wall_s >= cell.ideal_s == 0.4
+    lines = (tmp_path / "local-2" / "ledger.jsonl").read_text().splitlines()
+    audits = [json.loads(line)["payload"] for line in lines if json.loads(line)["type"] == "audit"]
+    assert len(audits) == 4 and all(a["status"] == "ok" and a["backend"] == "fixed" for a in audits)
+
+
+def _task(tmp_path: Path, cmd: list[str], files: dict[str, str], timeout: float = 10.0) -> rayexec.AuditTask:
+    from loop.contract import load_contract
+
+    contract = load_contract(REPO / "program.md").contract
+    audit_dir = tmp_path / "audits" / "a1"
+    audit_dir.mkdir(parents=True, exist_ok=True)
+    return rayexec.AuditTask(
+        audit_id="a1",
+        audit_dir=str(audit_dir),
+        cmd=cmd,
+        env={"PATH": os.environ["PATH"]},
+        attempt=1,
+        timeout_s=timeout,
+        files=files,
+        measurement_root=str(REPO / "measurement"),
+        manifest_hash=contract.measurement.manifest_hash,
+    )
+
+
+def test_slot_runs_the_wrapped_audit_and_refuses_files_it_cannot_verify(tmp_path: Path) -> None:
+    from loop import attempts
+    from sil_policy import content_hash
+
+    policy = tmp_path / "policy.json"
+    policy.write_text("{}")
+    slot = rayexec.AuditSlot()  # the actor's class, run in-process: no cluster needed
+    ok = slot.run(_task(tmp_path, ["/bin/sh", "-c", "exit 3"], {str(policy): content_hash(b"{}")}))
+    assert ok == rayexec.TaskOutcome(rc=3)
+    events = [e["event"] for e in attempts.read_events(tmp_path / "audits" / "a1")]
+    assert events == ["start", "exit"]  # the driver, not the worker, logs the launch
+    assert slot.holds() == ["a1"] and slot.wait("a1") == ok
+    slot.forget("a1")
+    assert slot.holds() == [] and slot.wait("a1") is None
+    refused = slot.run(_task(tmp_path, ["/bin/true"], {str(policy): "0" * 64}))
+    assert refused.refused and "does not have the hash the loop sent" in refused.refused
+    missing = slot.run(_task(tmp_path, ["/bin/true"], {str(tmp_path / "absent.json"): "0" * 64}))
+    assert missing.refused and "cannot read" in missing.refused
+    slow = slot.run(_task(tmp_path, ["/bin/sleep", "5"], {}, timeout=0.2))
+    assert slow.timed_out

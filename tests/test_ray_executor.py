@@ -282,3 +282,28 @@ def test_driver_killed_mid_audit_resumes_against_running_slot(
     got = compared(root)
     for kind in ("verdict", "audit", "round"):
         assert got[kind] == local_reference[kind], kind
+
+
+def test_sweep_runs_seeds_as_independent_runs_on_the_cluster(ray_cluster: str, tmp_path: Path) -> None:
+    root = workspace(tmp_path / "ws", RAY_CONTRACT)
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV and not k.startswith("SIL_SIGN")}
+    env["RAY_ADDRESS"] = ray_cluster
+    proc = subprocess.run(
+        [str(SIL), "sweep", "program.md", "--seeds", "2"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2 * RUN_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    runs = sorted(d for d in (root / "state" / "runs").iterdir() if (d / "ledger.jsonl").exists())
+    assert len(runs) == 2
+    seeds = set()
+    for run in runs:
+        assert run.name in proc.stdout  # the combined status names every run
+        verify = subprocess.run([str(SIL), "ledger", "verify", run.name], cwd=root, capture_output=True, text=True)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        contract = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()][0]["payload"]
+        seeds.add(contract["contract_hash"])
+    assert len(seeds) == 2, "each seed is a contract of its own"
