@@ -8,7 +8,9 @@ executor, `result.json` stored atomically, one ledger record per audit), at 1, 2
 in flight. Overhead per audit = (wall - ideal) / audits, where ideal = ceil(audits / in_flight)
 x audit_s; it is the loop's whole cost (driver bookkeeping, process start, Ray scheduling),
 amortized over the audits. "wave +s" is the same excess per wave of `in_flight` audits: how
-much later than `audit_s` an audit's result arrives.
+much later than `audit_s` an audit's result arrives. A Ray cell first runs one warm-up wave
+that connects to the cluster and starts the slots; "start-up s" is that cost (paid once per
+run and per in-flight slot, not per audit) and is not in the other columns.
 
     python -m bench.scale                          # local and Ray (a local Ray cluster is started)
     python -m bench.scale --executors local --audits 16 --audit-s 1
@@ -84,6 +86,7 @@ class Cell:
     audits: int
     audit_s: float
     wall_s: float
+    startup_s: float = 0.0  # Ray: connect and start the slots (a warm-up batch), once per run
 
     @property
     def ideal_s(self) -> float:
@@ -139,15 +142,17 @@ def run_cell(executor: str, in_flight: int, audits: int, audit_s: float, scratch
 
     journal = Journal.open(run_dir, ledger, new_state, lambda _text: None)
     rounds = RoundRunner(journal, ctx, backend, store, Guards())
+    start = time.monotonic()
     if executor == "ray":  # connect and start the slots first: a run pays that once, not per audit
         rounds.run_batch("never", "warmup", "baseline", [(f"w{i}", origin) for i in range(in_flight)])
+    startup = max(time.monotonic() - start - audit_s, 0.0)
     start = time.monotonic()
     results = rounds.run_batch("never", "bench", "baseline", [(f"a{i:03d}", origin) for i in range(audits)])
     wall = time.monotonic() - start
     gaps = [r.gap_reason for r in results if not r.ok]
     if gaps:
         raise SystemExit(f"{executor} x{in_flight}: {len(gaps)} gaps, first: {gaps[0]}")
-    return Cell(executor, in_flight, audits, audit_s, wall)
+    return Cell(executor, in_flight, audits, audit_s, wall, startup)
 
 
 def ledger_append_ms(scratch: Path, n: int = LEDGER_SAMPLES) -> float:
@@ -165,6 +170,7 @@ def ledger_append_ms(scratch: Path, n: int = LEDGER_SAMPLES) -> float:
 def render(cells: list[Cell], console: Console) -> None:
     table = Table(title=f"{cells[0].audits} audits of {cells[0].audit_s:g} s each, one batch per cell")
     cols = ("executor", "in flight", "wall s", "ideal s", "audits/hour", "overhead/audit s", "% of audit", "wave +s")
+    cols += ("start-up s",)
     for col in cols:
         table.add_column(col, justify="right")
     for c in cells:
@@ -178,6 +184,7 @@ def render(cells: list[Cell], console: Console) -> None:
             f"{c.overhead_s:.3f}",
             f"{share:.1%}",
             f"{c.wave_excess_s:.3f}",
+            f"{c.startup_s:.2f}" if c.executor == "ray" else "-",
         )
     console.print(table)
     for c in cells:
@@ -196,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--audit-s", type=float, default=DEFAULT_AUDIT_S, help="seconds per audit")
     parser.add_argument("--in-flight", default=",".join(map(str, IN_FLIGHT)), help="comma-separated")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=140)
     cells = []
     scratch = Path(tempfile.mkdtemp(prefix="sil-scale-"))
     try:
