@@ -298,7 +298,7 @@ class RayRunner:
                 self._ask(slot, "forget", audit_id)
                 awaited.append(audit_id)
         for audit_id, audit_dir in audits:
-            self._check_remote(audit_id, audit_dir)
+            self.check_remote(audit_id, audit_dir)
         return awaited
 
     def close(self) -> None:
@@ -380,7 +380,8 @@ class RayRunner:
             self._drop(slot)
             return None
 
-    def _check_remote(self, audit_id: str, audit_dir: Path) -> None:
+    def check_remote(self, audit_id: str, audit_dir: Path) -> None:
+        """AuditStateUnknown if the audit last ran on another live node and may still run there."""
         status = attempts.read_status(audit_dir)
         if status.state not in ("running", "died"):
             return

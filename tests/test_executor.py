@@ -200,3 +200,47 @@ def test_slot_runs_the_wrapped_audit_and_refuses_files_it_cannot_verify(tmp_path
     assert missing.refused and "cannot read" in missing.refused
     slow = slot.run(_task(tmp_path, ["/bin/sleep", "5"], {}, timeout=0.2))
     assert slow.timed_out
+
+
+class _FakeRay:
+    """Just enough of the ray module for the driver's cross-node check (no cluster)."""
+
+    def __init__(self, alive: list[str]) -> None:
+        self.alive = alive
+
+    def nodes(self) -> list[dict]:
+        return [{"NodeID": n, "Alive": True} for n in self.alive] + [{"NodeID": "gone", "Alive": False}]
+
+
+def _died_on(tmp_path: Path, node: str) -> Path:
+    import json
+
+    from loop import attempts
+
+    audit_dir = tmp_path / "audits" / "a1"
+    audit_dir.mkdir(parents=True)
+    attempts.log_launch(audit_dir, 1)
+    (audit_dir / attempts.ATTEMPTS_FILE).open("a").write('{"event": "start", "attempt": 1, "pid": 999999999}\n')
+    record = {"namespace": "sil-x", "slot": "slot-1", "node_id": node, "attempt": 1}
+    (audit_dir / rayexec.EXECUTOR_FILE).write_text(json.dumps(record))
+    return audit_dir
+
+
+@pytest.mark.parametrize(
+    ("node", "alive", "unknown"),
+    [("remote", ["local", "remote"], True), ("gone", ["local"], False), ("local", ["local"], False)],
+    ids=["other-node-alive", "other-node-dead", "this-node"],
+)
+def test_an_audit_on_another_live_node_is_unknown(tmp_path: Path, node: str, alive: list[str], unknown: bool) -> None:
+    from loop.attempts import AuditStateUnknown, read_status
+    from loop.contract import load_contract
+
+    audit_dir = _died_on(tmp_path, node)
+    assert read_status(audit_dir).state == "died"  # as far as this machine's process table can tell
+    contract = load_contract(REPO / "program.md").contract
+    runner = rayexec.RayRunner(contract, "sil-x", _FakeRay(alive), "local", REPO / "measurement")
+    if unknown:
+        with pytest.raises(AuditStateUnknown, match="cannot see whether the audit's processes still run"):
+            runner.check_remote("a1", audit_dir)
+    else:
+        runner.check_remote("a1", audit_dir)  # died: the local rules re-run it
