@@ -15,7 +15,7 @@ from loop import rayexec
 from loop.contract import ContractError, parse_contract
 from loop.errors import Refused
 from loop.startchecks import start_checks
-from loop.sweep import plan_sweep, seed_variant
+from loop.sweep import plan_sweep, seed_text
 from tests.conftest import REPO
 
 TEXT = (REPO / "program.md").read_text()
@@ -127,26 +127,40 @@ def test_namespace_is_per_run_directory(tmp_path: Path) -> None:
 
 
 def test_seed_variants_are_contracts_of_their_own(workspace: Path) -> None:
-    path = workspace / "program.md"
-    runs = plan_sweep([path], seeds=3)
-    assert [r.contract.name for r in runs] == ["program.md", "program.seed-1.md", "program.seed-2.md"]
-    assert len({r.run_id for r in runs}) == 3
     from loop.contract import load_contract
 
-    seeds = [load_contract(r.contract).contract.seed for r in runs]
+    path = workspace / "program.md"
+    runs = plan_sweep([path], workspace, seeds=3)
+    assert len({r.run_id for r in runs}) == 3
+    seeds = [load_contract(r.workspace / "program.md").contract.seed for r in runs]
     assert seeds == [20261129, 20261130, 20261131]
-    assert seed_variant(path, 0) == path
+    assert path.read_text() == TEXT  # the user's contract is untouched
+    for run in runs:  # each run its own project: contract, measurement, policies
+        assert run.workspace == workspace / "state" / "sweeps" / run.run_id
+        assert (run.workspace / "measurement" / "MANIFEST.json").exists() or any(
+            (run.workspace / "measurement").iterdir()
+        )
+        assert sorted(p.name for p in (run.workspace / "state" / "policies").iterdir()) == sorted(
+            p.name for p in (workspace / "state" / "policies").iterdir()
+        )
+    again = plan_sweep([path], workspace, seeds=3)  # the same sweep again resumes the same runs
+    assert [r.run_id for r in again] == [r.run_id for r in runs]
+    assert seed_text(path, 0) == TEXT
 
 
 def test_sweep_refuses_the_same_contract_twice_and_too_many_runs(workspace: Path) -> None:
     path = workspace / "program.md"
     with pytest.raises(Refused, match="same contract"):
-        plan_sweep([path, path])
+        plan_sweep([path, path], workspace)
     with pytest.raises(Refused, match="1 to 64 runs"):
-        plan_sweep([path], seeds=65)
+        plan_sweep([path], workspace, seeds=65)
     (workspace / "bad.md").write_text("no front matter")
     with pytest.raises(Refused, match="front matter"):
-        plan_sweep([workspace / "bad.md"])
+        plan_sweep([workspace / "bad.md"], workspace)
+    (run,) = plan_sweep([path], workspace)
+    (run.workspace / "program.md").write_text(TEXT.replace("max_turns: 12", "max_turns: 11"))
+    with pytest.raises(Refused, match="exists with another contract"):
+        plan_sweep([path], workspace)
 
 
 def test_scale_bench_goes_through_the_round_runner(tmp_path: Path) -> None:

@@ -308,13 +308,14 @@ def test_sweep_runs_seeds_as_independent_runs_on_the_cluster(ray_cluster: str, t
         timeout=2 * RUN_TIMEOUT_S,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    runs = sorted(d for d in (root / "state" / "runs").iterdir() if (d / "ledger.jsonl").exists())
-    assert len(runs) == 2
-    seeds = set()
-    for run in runs:
-        assert run.name in proc.stdout  # the combined status names every run
-        verify = subprocess.run([str(SIL), "ledger", "verify", run.name], cwd=root, capture_output=True, text=True)
+    workspaces = sorted((root / "state" / "sweeps").iterdir())
+    assert len(workspaces) == 2
+    hashes = set()
+    for ws in workspaces:
+        (run,) = [d for d in (ws / "state" / "runs").iterdir() if (d / "ledger.jsonl").exists()]
+        assert run.name == ws.name and run.name in proc.stdout  # the combined status names every run
+        verify = subprocess.run([str(SIL), "ledger", "verify", run.name], cwd=ws, capture_output=True, text=True)
         assert verify.returncode == 0, verify.stdout + verify.stderr
-        contract = [json.loads(line) for line in (run / "ledger.jsonl").read_text().splitlines()][0]["payload"]
-        seeds.add(contract["contract_hash"])
-    assert len(seeds) == 2, "each seed is a contract of its own"
+        first = json.loads((run / "ledger.jsonl").read_text().splitlines()[0])["payload"]
+        hashes.add(first["contract_hash"])
+    assert len(hashes) == 2, "each seed is a contract of its own"
