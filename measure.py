@@ -14,6 +14,10 @@ A loop that died mid-audit leaves the audit running in its own process group; on
 its evidence, never re-run it), still running (wait, bounded by the audit timeout), timed
 out, dead without finishing (re-run it), or unknown (halt: the loop cannot tell).
 
+The process starts through the contract's executor (`runner_for`): as a child of this process
+(`local`), or inside a Ray actor on a cluster node (`ray`, loop/rayexec.py); both run the same
+wrapped command (loop/auditproc.py), and everything above and below that step is shared.
+
     results = run_audits([AuditRequest(...), ...], MeasureContext.from_contract(contract, root))
 """
 

@@ -22,6 +22,7 @@ The Ray column needs `pip install -e '.[ray]'`; it is skipped with a note if ray
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import shutil
@@ -220,9 +221,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _ray_available(console: Console) -> bool:
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("ray") is None:
         console.print("ray is not installed (pip install -e '.[ray]'): the Ray rows are skipped")
         return False
     return True

@@ -58,9 +58,6 @@ PROBE_TIMEOUT_S = 2.0
 ANSWER_GRACE_S = 60.0
 # Ray's own settings for every process this module starts or connects: no usage reporting.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
-AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
-DEFAULT_TOKEN = Path.home() / ".ray" / "auth_token"  # where Ray keeps the token it generated
 INSTALL_HINT = "pip install -e '.[ray]' (pins ray==2.60.0)"
 
 
@@ -168,10 +165,6 @@ def import_ray() -> Any:
     """The `ray` module, or a Halt that says how to install it."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
-    # `ray start` turns token auth on when a token exists and RAY_AUTH_MODE is unset, but a client
-    # in the same situation does not send it; apply the same rule here so the two agree
-    if AUTH_MODE_ENV not in os.environ and (os.environ.get(AUTH_TOKEN_ENV) or DEFAULT_TOKEN.is_file()):
-        os.environ[AUTH_MODE_ENV] = "token"
     try:
         import ray
     except ImportError:
@@ -220,7 +213,8 @@ def connect(contract: Contract) -> Any:
         if contract.executor.address_env is not None:
             raise Halt(
                 f"cannot reach the Ray cluster at {address} ({contract.executor.address_env}): {ex}; "
-                "start it (ray start --head) or fix the address"
+                "start it (ray start --head) or fix the address; a cluster with token auth (ray start "
+                "enables it when ~/.ray/auth_token exists) also needs RAY_AUTH_MODE=token here"
             ) from None
         # 'auto' and no cluster here: one for this process (it ends with it; resume needs a cluster)
         ray.init(**kwargs)

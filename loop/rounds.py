@@ -147,15 +147,11 @@ class RoundRunner:
         return results
 
     def _launch(self, todo: list[AuditRequest]) -> None:
-        self.recover([(r.audit_id, r.audit_dir) for r in todo])
-        self.guards.before_audits()
-        check_free_space(self.journal.run_dir, self.ctx.contract.budget.min_free_mb)  # DiskFull: halt
         lost = self._run_and_store(todo)
         if not lost:
             return
         # a worker died mid-audit: recover its audits as after a crash, then run them once more
         self.journal.emit(f"  worker lost mid-audit: {', '.join(r.audit_id for r in lost)}; recovering")
-        self.recover([(r.audit_id, r.audit_dir) for r in lost])
         again = self._run_and_store(lost)
         if again:
             raise Halt(
@@ -164,7 +160,10 @@ class RoundRunner:
             )
 
     def _run_and_store(self, reqs: list[AuditRequest]) -> list[AuditRequest]:
-        """Run audits and store each finished result; the requests whose worker was lost."""
+        """Recover, guard, run the audits and store each finished result; the requests whose worker was lost."""
+        self.recover([(r.audit_id, r.audit_dir) for r in reqs])
+        self.guards.before_audits()
+        check_free_space(self.journal.run_dir, self.ctx.contract.budget.min_free_mb)  # DiskFull: halt
         lost: list[str] = []
         try:
             fresh = measure.run_audits(reqs, self.ctx, self.backend)
