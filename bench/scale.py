@@ -163,7 +163,7 @@ def ledger_append_ms(scratch: Path, n: int = LEDGER_SAMPLES) -> float:
     times = []
     for i in range(n):
         start = time.perf_counter()
-        ledger.append("bench", {**payload, "i": i}, run_id="bench")
+        ledger.append("audit", {**payload, "i": i}, run_id="bench")
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
 

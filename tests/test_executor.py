@@ -166,13 +166,14 @@ def test_sweep_refuses_the_same_contract_twice_and_too_many_runs(workspace: Path
 def test_scale_bench_goes_through_the_round_runner(tmp_path: Path) -> None:
     import json
 
-    from bench.scale import run_cell
+    from bench.scale import ledger_append_ms, run_cell
 
     cell = run_cell("local", 2, 4, 0.2, tmp_path)
     assert cell.wall_s >= cell.ideal_s == 0.4
     lines = (tmp_path / "local-2" / "ledger.jsonl").read_text().splitlines()
     audits = [json.loads(line)["payload"] for line in lines if json.loads(line)["type"] == "audit"]
     assert len(audits) == 4 and all(a["status"] == "ok" and a["backend"] == "fixed" for a in audits)
+    assert ledger_append_ms(tmp_path, n=3) > 0
 
 
 def _task(tmp_path: Path, cmd: list[str], files: dict[str, str], timeout: float = 10.0) -> rayexec.AuditTask:
