@@ -14,6 +14,10 @@ A loop that died mid-audit leaves the audit running in its own process group; on
 its evidence, never re-run it), still running (wait, bounded by the audit timeout), timed
 out, dead without finishing (re-run it), or unknown (halt: the loop cannot tell).
 
+The process starts through the contract's executor (`runner_for`): as a child of this process
+(`local`), or inside a Ray actor on a cluster node (`ray`, loop/rayexec.py); both run the same
+wrapped command (loop/auditproc.py), and everything above and below that step is shared.
+
     results = run_audits([AuditRequest(...), ...], MeasureContext.from_contract(contract, root))
 """
 
@@ -24,10 +28,8 @@ import math
 import os
 import re
 import shutil
-import signal
-import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -37,8 +39,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 import fitness
 import prepare
-from loop import attempts
+from loop import attempts, auditproc
 from loop.attempts import AuditStateUnknown
+from loop.auditproc import AuditTimedOut, WorkerLost
 from loop.contract import Contract
 from loop.diskspace import DiskFull, mentions_disk_error
 from loop.faults import crashpoint
@@ -198,46 +201,51 @@ def _copy_policies(req: AuditRequest) -> dict[str, Path]:
     return copies
 
 
-def _run_process(cmd: list[str], req: AuditRequest, env: dict[str, str], timeout: float, attempt: int) -> int:
-    with open(req.audit_dir / "stdout.log", "wb") as out, open(req.audit_dir / "stderr.log", "wb") as err:
-        attempts.log_launch(req.audit_dir, attempt)
-        proc = subprocess.Popen(
-            attempts.wrap(cmd, attempt),
-            cwd=req.audit_dir,
-            env=env,
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+class ProcessRunner(Protocol):
+    """Where an attempt's audit process runs: here (`LocalRunner`) or on a Ray worker (loop/rayexec.py).
+
+    `files` are the policy copies the audit reads, with the hashes it must find. Raises
+    `AuditTimedOut` past the timeout and `WorkerLost` when the worker died mid-audit.
+    """
+
+    def run(
+        self, cmd: list[str], audit_dir: Path, env: dict[str, str], timeout: float, attempt: int, files: dict[str, str]
+    ) -> int: ...
+
+
+class LocalRunner:
+    """The audit process as a child of this process (the `local` executor)."""
+
+    def run(
+        self, cmd: list[str], audit_dir: Path, env: dict[str, str], timeout: float, attempt: int, files: dict[str, str]
+    ) -> int:
+        attempts.log_launch(audit_dir, attempt)
+        proc = auditproc.start(cmd, audit_dir, env, attempt)
         crashpoint("audit.running")
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            attempts.log_kill(req.audit_dir, attempt, "timeout")
-            _kill_group(proc)
-            raise GapError(_timeout_reason(timeout)) from None
-        except BaseException:
-            attempts.log_kill(req.audit_dir, attempt, "interrupted")
-            _kill_group(proc)
-            raise
+        return auditproc.finish(proc, audit_dir, attempt, timeout)
 
 
-def _timeout_reason(timeout: float) -> str:
-    return f"audit timed out after {timeout:g}s; its process group was killed"
+def runner_for(ctx: MeasureContext, audits_dir: Path) -> ProcessRunner:
+    """The contract's executor for a run's audits (Ray is imported only when it is chosen)."""
+    if ctx.contract.executor.kind == "ray":
+        from loop import rayexec
+
+        return rayexec.runner_for(ctx.contract, audits_dir, ctx.measurement_root)
+    return LocalRunner()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=attempts.KILL_GRACE_S)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def settle(ctx: MeasureContext, audits: list[tuple[str, Path]]) -> list[str]:
+    """Before recovery reads the attempts logs: await audits a crashed driver's Ray workers still run.
+
+    Returns the audits it awaited (none for the local executor: its audits are awaited through
+    the attempts log and the process table).
+    """
+    if ctx.contract.executor.kind != "ray" or not audits:
+        return []
+    from loop import rayexec
+
+    runner = rayexec.runner_for(ctx.contract, audits[0][1].parent, ctx.measurement_root)
+    return runner.settle(audits)
 
 
 # API-key-shaped tokens; group `pre` (kept) is the text before the secret
@@ -345,7 +353,9 @@ def prepare_audit_dir(req: AuditRequest) -> None:
     (req.audit_dir / ".env").write_text("")
 
 
-def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:
+def run_audit(
+    req: AuditRequest, ctx: MeasureContext, backend: AuditBackend, runner: ProcessRunner | None = None
+) -> AuditResult:
     """Run one audit to completion; every failure becomes a gap result with its reason.
 
     An attempt left by a loop that died is finished first: its result is scored (a finished
@@ -366,14 +376,18 @@ def run_audit(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> 
     evidence: Evidence | None = None
     try:
         if prior.state == "timed_out":
-            raise GapError(_timeout_reason(timeout))
+            raise GapError(auditproc.timeout_reason(timeout))
         if prior.state == "finished":
             rc = prior.rc
         else:
             copies = _copy_policies(req)
             cmd = backend.command(req, ctx)
             env = audit_env(req, ctx, copies)
-            rc = _run_process(cmd, req, env, timeout, prior.attempt + 1)
+            files = {str(path): req.policy_hashes[name] for name, path in copies.items()}
+            try:
+                rc = (runner or LocalRunner()).run(cmd, req.audit_dir, env, timeout, prior.attempt + 1, files)
+            except AuditTimedOut as ex:
+                raise GapError(str(ex)) from None
         if rc != 0:
             tail = _stderr_tail(req, ctx)
             if mentions_disk_error(tail):
@@ -405,13 +419,38 @@ def _mark_disk_failure(req: AuditRequest) -> None:
 
 
 def run_audits(requests: list[AuditRequest], ctx: MeasureContext, backend: AuditBackend) -> list[AuditResult]:
-    """Run audits concurrently; verify the frozen measurement before and after."""
+    """Run audits concurrently; verify the frozen measurement before and after.
+
+    At most `contract.audits_in_flight()` run at once. When workers died mid-audit, the others
+    still finish and `BatchInterrupted` carries their results and the lost audit ids.
+    """
     expected = ctx.contract.measurement.manifest_hash
     _verify_measurement(ctx, expected, "before")
-    with ThreadPoolExecutor(max_workers=ctx.contract.measurement.concurrency) as pool:
-        results = list(pool.map(lambda r: run_audit(r, ctx, backend), requests))
+    if not requests:
+        return []
+    runner = runner_for(ctx, requests[0].audit_dir.parent)
+    with ThreadPoolExecutor(max_workers=ctx.contract.audits_in_flight()) as pool:
+        futures = [pool.submit(run_audit, r, ctx, backend, runner) for r in requests]
+        wait(futures)
+    results, lost = [], []
+    for req, fut in zip(requests, futures, strict=True):
+        try:
+            results.append(fut.result())
+        except WorkerLost:
+            lost.append(req.audit_id)
     _verify_measurement(ctx, expected, "after")
+    if lost:
+        raise BatchInterrupted(results, lost)
     return results
+
+
+class BatchInterrupted(Exception):
+    """Some audits' workers died mid-audit: the finished results, and the audits to recover."""
+
+    def __init__(self, finished: list[AuditResult], lost: list[str]) -> None:
+        super().__init__(f"workers lost mid-audit: {', '.join(lost)}")
+        self.finished = finished
+        self.lost = lost
 
 
 def _verify_measurement(ctx: MeasureContext, expected: str, when: str) -> None:

@@ -165,6 +165,29 @@ def run(
 
 
 @app.command()
+def sweep(
+    contracts: Annotated[list[Path], typer.Argument(help="Contracts to run, each as its own run.")],
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=64, help="Runs per contract: seed, seed+1, ...")] = 1,
+    parallel: Annotated[int, typer.Option("--parallel", min=0, max=64, help="Runs at once (0: all).")] = 0,
+) -> None:
+    """Run several contracts (or seeds of one) as independent runs (state/sweeps/<run>/), then their status."""
+    from loop.sweep import plan_sweep, run_sweep, sweep_table
+
+    root = Path.cwd()
+    try:
+        runs = plan_sweep([_user_path(c) for c in contracts], root, seeds)
+    except Refused as ex:
+        _fail(str(ex))
+    err.print(f"sweep: {len(runs)} runs: {', '.join(r.run_id for r in runs)}", highlight=False)
+    outcomes = run_sweep(runs, parallel or len(runs))
+    out.print(sweep_table(outcomes))
+    for o in outcomes:
+        if o.exit_code != 0:
+            err.print(f"{o.run.run_id} exited {o.exit_code}: {escape(o.tail)}", highlight=False)
+    raise typer.Exit(max((abs(o.exit_code) for o in outcomes), default=0))
+
+
+@app.command()
 def approve(
     by: Annotated[str, typer.Option("--by", help="Who approves (your identity in allowed_signers).")],
     contract: ContractOpt = Path("program.md"),

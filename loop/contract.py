@@ -250,6 +250,43 @@ class PetriParams(_Strict):
     sample_token_limit: Annotated[int, Field(ge=1_000, le=50_000_000)] = 300_000
 
 
+PROVIDER_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+RESOURCE_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
+
+
+class Executor(_Strict):
+    """Where audit subprocesses run: on this machine, or as Ray tasks on a cluster (loop/rayexec.py).
+
+    The audit command, its environment and its attempts log are the same for both; only the
+    process that starts it differs. `measurement.concurrency` bounds a local run's audits in
+    flight, `max_in_flight` a Ray run's; `per_provider` caps either (provider rate limits).
+    """
+
+    kind: Literal["local", "ray"] = "local"
+    # name of the env var holding the Ray address (e.g. RAY_ADDRESS); None = "auto": a running
+    # cluster on this machine if there is one, else a local one started for this run
+    address_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")] | None = None
+    num_cpus: Annotated[float, Field(ge=0, le=1024)] = 1.0  # Ray CPUs reserved per in-flight audit
+    resources: dict[Annotated[str, Field(pattern=RESOURCE_NAME)], Annotated[float, Field(gt=0)]] = {}
+    max_in_flight: Annotated[int, Field(ge=1, le=1024)] = 8
+    # provider (the model name's prefix before '/', e.g. anthropic) -> most audits in flight
+    per_provider: dict[Annotated[str, Field(pattern=PROVIDER_NAME)], Annotated[int, Field(ge=1, le=1024)]] = {}
+
+    @model_validator(mode="after")
+    def _ray_only(self) -> Executor:
+        if self.kind == "local":
+            ray_fields = [f for f in ("address_env", "resources") if getattr(self, f)]
+            ray_fields += [
+                f for f in ("num_cpus", "max_in_flight") if getattr(self, f) != type(self).model_fields[f].default
+            ]
+            if ray_fields:
+                raise ValueError(
+                    f"executor fields {ray_fields} apply to kind 'ray' only; set kind: ray, or remove them "
+                    "(a local run's audits in flight are measurement.concurrency)"
+                )
+        return self
+
+
 class Contract(_Strict):
     contract_id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
     parent: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
@@ -267,6 +304,7 @@ class Contract(_Strict):
     sim: SimParams | None = None
     petri: PetriParams | None = None
     mutator: MutatorSettings = MutatorSettings()
+    executor: Executor = Executor()
     # sha256 of what else defines the run (programme prose, mutator template, catalogue):
     # filled in by parse_contract (never written in program.md), so part of contract_hash
     bound: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = {}
@@ -325,8 +363,24 @@ class Contract(_Strict):
         )
         return audit_roles_offline and self.models.mutator.offline
 
+    def audit_providers(self) -> list[str]:
+        """The providers an audit calls (model name prefixes); `sim` for the simulated backend."""
+        if self.backend == "sim":
+            return ["sim"]
+        return sorted({getattr(self.models, r).model.split("/", 1)[0] for r in ("auditor", "target", "judge")})
+
+    def audits_in_flight(self) -> int:
+        """The most audits of this run in flight at once: executor bound, capped per provider."""
+        ex = self.executor
+        limit = ex.max_in_flight if ex.kind == "ray" else self.measurement.concurrency
+        caps = [ex.per_provider[p] for p in self.audit_providers() if p in ex.per_provider]
+        return min([limit, *caps])
+
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json")
+        if self.executor == Executor():  # contracts written before the executor existed keep their hash
+            del data["executor"]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @property
     def contract_hash(self) -> str:

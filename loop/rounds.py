@@ -154,18 +154,36 @@ class RoundRunner:
         return results
 
     def _launch(self, todo: list[AuditRequest]) -> None:
-        self.recover([(r.audit_id, r.audit_dir) for r in todo])
+        lost = self._run_and_store(todo)
+        if not lost:
+            return
+        # a worker died mid-audit: recover its audits as after a crash, then run them once more
+        self.journal.emit(f"  worker lost mid-audit: {', '.join(r.audit_id for r in lost)}; recovering")
+        again = self._run_and_store(lost)
+        if again:
+            raise Halt(
+                f"the workers of audits {[r.audit_id for r in again]} died twice in a row; "
+                "check the cluster's nodes, then resume (the attempts logs say what each audit did)"
+            )
+
+    def _run_and_store(self, reqs: list[AuditRequest]) -> list[AuditRequest]:
+        """Recover, guard, run the audits and store each finished result; the requests whose worker was lost."""
+        self.recover([(r.audit_id, r.audit_dir) for r in reqs])
         self.guards.before_audits()
         check_free_space(self.journal.run_dir, self.ctx.contract.budget.min_free_mb)  # DiskFull: halt
+        lost: list[str] = []
         try:
-            fresh = measure.run_audits(todo, self.ctx, self.backend)
+            fresh = measure.run_audits(reqs, self.ctx, self.backend)
         except AuditStateUnknown as ex:
             raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
+        except measure.BatchInterrupted as ex:
+            fresh, lost = ex.finished, ex.lost
         for res in fresh:
             crashpoint("audit.before_result")
             atomic_write_bytes(
                 self.journal.run_dir / "audits" / res.audit_id / RESULT_FILE, res.model_dump_json().encode()
             )
+        return [r for r in reqs if r.audit_id in lost]
 
     def run_pair(
         self, arm: str, label: str, kind: RoundKind, cand: PolicySet, champ: PolicySet, mutation_id: str | None = None
@@ -205,6 +223,12 @@ class RoundRunner:
         halts the run with an explicit "unknown" instead of a guess.
         """
         timeout = self.ctx.contract.measurement.audit_timeout_s
+        try:
+            awaited = measure.settle(self.ctx, audits)  # Ray slots a crashed driver left: await what they run
+        except AuditStateUnknown as ex:
+            raise Halt(f"unknown: {ex}; inspect the cluster and the audit directory, then resume") from None
+        if awaited:
+            self.journal.emit(f"  recovery: {', '.join(awaited)} still held by Ray slots; awaited them")
         for audit_id, audit_dir in audits:
             try:
                 status = attempts.await_attempt(audit_dir, timeout)

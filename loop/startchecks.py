@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, computed_field
 
 import prepare
+from loop import rayexec
 from loop.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
 from loop.backends import make_backend
 from loop.contract import Contract, LoadedContract
@@ -171,6 +172,32 @@ def _providers(c: Contract) -> list[CheckItem]:
     return items
 
 
+def _executor(c: Contract) -> list[CheckItem]:
+    """Ray requested: is it installed, is the named address set and does something answer there."""
+    ex = c.executor
+    if ex.kind == "local":
+        return []
+    if importlib.util.find_spec("ray") is None:
+        return [CheckItem(name="executor", status="fail", detail=f"executor 'ray' needs ray: {rayexec.INSTALL_HINT}")]
+    if ex.address_env is None:
+        detail = "ray: a running cluster on this machine (address auto), else a local one started for the run"
+        return [CheckItem(name="executor", status="ok", detail=detail)]
+    address = os.environ.get(ex.address_env, "").strip()
+    if not address:
+        return [
+            CheckItem(
+                name="executor",
+                status="fail",
+                detail=f"executor.address_env names ${ex.address_env}, which is not set: export it as the "
+                "host:port of the Ray cluster (ray start --head prints it), or set address_env: null",
+            )
+        ]
+    problem = rayexec.probe_address(address)
+    if problem:
+        return [CheckItem(name="executor", status="fail", detail=f"ray cluster ${ex.address_env}={address}: {problem}")]
+    return [CheckItem(name="executor", status="ok", detail=f"ray cluster at {address} answers")]
+
+
 def _approval(c: Contract, root: Path) -> list[CheckItem]:
     if c.offline:
         return [CheckItem(name="approval", status="ok", detail="not required: every role is offline")]
@@ -219,6 +246,7 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
         _dimensions(c, root),
         *_measurement_and_policies(c, root),
         *_providers(c),
+        *_executor(c),
         _budget(c, root),
         *_approval(c, root),
     ]
@@ -228,4 +256,5 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
 def run_refusals(loaded: LoadedContract, root: Path) -> list[CheckItem]:
     """The start-time checks `sil run` refuses on before it creates anything (the rest it makes itself)."""
     c = loaded.contract
-    return [i for i in [_dimensions(c, root), *_providers(c), *_approval(c, root)] if i.status == "fail"]
+    checks = [_dimensions(c, root), *_providers(c), *_executor(c), *_approval(c, root)]
+    return [i for i in checks if i.status == "fail"]

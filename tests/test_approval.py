@@ -183,12 +183,13 @@ def _candidates(value: Any) -> list[Any]:
             "forecast",
             "bound",
             "pocock",
+            "ray",
             "mutated",
         ]
     if isinstance(value, list):
         return [value[:-1], value[::-1], [*value, "admirable"], [*value, "auditor_failure"]]
     if isinstance(value, dict):
-        return [{"extra": "value"}]
+        return [{"extra": "value"}, {"extra": 1}]
     return []
 
 
@@ -216,6 +217,8 @@ COUPLED = {("backend",), ("sim",)}
 FIXED = {("stop", "stop_on_uncertain_revert")}
 # Only for the offline catalogue mutator; and `bound` hashes are computed (tested in test_contract).
 COUPLED |= {("mutator", "catalogue"), ("bound", "programme")}
+# Ray executor settings: only with executor.kind ray (kind itself is covered)
+COUPLED |= {("executor", f) for f in ("address_env", "num_cpus", "resources", "max_in_flight")}
 
 
 def test_every_contract_field_invalidates(env) -> None:
