@@ -31,7 +31,11 @@ from loop.contract import Promotion
 DIMS = ["t", "c1", "c2", "a1", "a2"]
 # harm tolerance 0.5 keeps the legs' margin at the contract's critical_margin in these tests
 PROMO = Promotion(
-    target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"], harm_tolerance=0.5
+    target_dimensions=["t"],
+    critical_dimensions=["c1", "c2"],
+    auxiliary_dimensions=["a1", "a2"],
+    harm_tolerance=0.5,
+    replicate_k=16,
 )
 NOISE = NoiseEstimate(sigma={d: 0.8 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40)
 ALPHA_J = 0.1 / 24
