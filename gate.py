@@ -569,6 +569,11 @@ class ErrorBudget(BaseModel):
     more confirmations the audit budget will pay for, see `expected_confirmations`) the
     remaining alpha is spread over those instead, so alpha is not left unspent when the audit
     budget runs out first. The forecast uses only the past, which keeps the bound.
+    With `recycle` (fwer only) a KEEP returns its alpha to the budget, as the graphical approach
+    (Bretz et al. 2009) and online fallback (Tian & Ramdas 2021) pass on a rejected
+    hypothesis' level: until the first false KEEP every recycled level came from a true
+    improvement, so the levels of the null confirmations still sum to at most alpha_run and
+    the FWER bound stands under any dependence (docs/gate-levers.md gives the argument).
     elond (Xu & Ramdas 2024): alpha_j = alpha_run * (R + 1) / J with R the KEEPs so far;
     FDR <= alpha_run; `spent` there is alpha_run * j / J, the share of the gamma sequence used.
     """
@@ -578,6 +583,7 @@ class ErrorBudget(BaseModel):
     max_confirmations: int = Field(ge=1)
     mode: Literal["fwer", "elond"] = "fwer"
     allocation: Literal["even", "forecast"] = "forecast"  # fwer: use expected_remaining?
+    recycle: bool = False  # fwer: a KEEP's alpha returns to the budget
     tested: list[float] = []  # alpha of each confirmation, in order
     kept: list[bool] = []
 
@@ -588,6 +594,7 @@ class ErrorBudget(BaseModel):
             max_confirmations=promotion.max_confirmations,
             mode=promotion.error_control,
             allocation=promotion.alpha_allocation,
+            recycle=promotion.alpha_recycle,
         )
 
     @property
@@ -602,7 +609,8 @@ class ErrorBudget(BaseModel):
     def spent(self) -> float:
         if self.mode == "elond":
             return self.alpha_run * self.confirmations / self.max_confirmations
-        return min(math.fsum(self.tested), self.alpha_run)
+        charged = [a for a, k in zip(self.tested, self.kept, strict=True) if not (k and self.recycle)]
+        return min(math.fsum(charged), self.alpha_run)
 
     @property
     def remaining(self) -> float:

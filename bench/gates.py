@@ -88,6 +88,8 @@ OVERRIDES: dict[str, dict[str, object]] = {
     "loop_gate_before": {"harm_tolerance": 0.5, "futility_effect": 0.5, "min_seed_coverage": 0.7},
     "loop_gate_trim": {"target_trim": 0.2},
     "loop_gate_bound": {"missing_policy": "bound"},
+    # the default before issue 10 part 4: K = 16 confirmation rounds, no alpha recycling
+    "loop_gate_k16": {"replicate_k": 16, "alpha_recycle": False},
 }
 LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
 # Acceptance (issue 10): final true target change of the loop's gate at budget 300.

@@ -218,7 +218,7 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     run.notes["alpha_spent"] = shared.budget.spent
     run.notes["calibration_audits"] = calibration
     if reserve and shared.budget.keeps:
-        _certify(run, promo, shared, promo)
+        _certify(run, promo, shared)
 
 
 def _certify(run: SimRun, promo: Promotion, shared: JudgeState) -> None:

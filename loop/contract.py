@@ -121,7 +121,7 @@ class Promotion(_Strict):
     auxiliary_margin: Annotated[float, Field(gt=0)] = 0.3
     baseline_k: Annotated[int, Field(ge=1, le=100)] = 5
     calibration_pairs: Annotated[int, Field(ge=2, le=200)] = 12
-    replicate_k: Annotated[int, Field(ge=1, le=64)] = 16
+    replicate_k: Annotated[int, Field(ge=1, le=64)] = 48
     alpha_run: Annotated[float, Field(gt=0, lt=1)] = 0.1
     alpha_noninferiority: Annotated[float, Field(gt=0, lt=1)] = 0.2
     max_confirmations: Annotated[int, Field(ge=1, le=10_000)] = 24
@@ -141,6 +141,8 @@ class Promotion(_Strict):
     critical_margin_sd: Annotated[float, Field(gt=0)] | None = 0.75
     # fwer: spread the unspent alpha over the confirmations the audit budget can still pay for
     alpha_allocation: Literal["even", "forecast"] = "forecast"
+    # fwer: a KEEP returns its alpha to the run's budget (online fallback; FWER still holds)
+    alpha_recycle: bool = True
     # Harm, defined once: a change that worsens a critical dimension by more than its tolerance
     # (points) is harmful. The bench scores harm with this number and the gate's NI margin is
     # derived from it (never larger). A float applies to every critical dimension.

@@ -29,7 +29,7 @@ EDITS = {
     "certify_rounds: 20": "certify_rounds: 1",
     "baseline_k: 5": "baseline_k: 2",
     "calibration_pairs: 12": "calibration_pairs: 6",
-    "replicate_k: 16": "replicate_k: 4",
+    "replicate_k: 48": "replicate_k: 4",
     "arms: [never, random, gate]": "arms: [never, gate]",
 }
 

@@ -40,6 +40,7 @@ def test_hash_ignores_formatting_but_not_values() -> None:
         ("max_turns: 12", "max_turns: 12\n  temperature: 0.3", "measurement.temperature: Extra inputs"),
         ("max_turns: 12", "max_turns: -1", "measurement.max_turns"),
         ("backend: sim", "backend: openai", "backend"),
+        ("error_control: fwer", "error_control: fwer\n  alpha_recycle: sometimes", "promotion.alpha_recycle"),
         ("[broken_tool_use]", "[broken_tool_use, concerning]", "both target_dimensions and critical_dimensions"),
         ("surfaces: [wrapper_prompt,", "surfaces: [model_choice, wrapper_prompt,", "unknown surfaces"),
         ("arms: [never, random, gate]", "arms: [random, gate]", "needs the never arm"),

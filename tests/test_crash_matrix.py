@@ -45,7 +45,7 @@ TINY = {
     "certify_rounds: 20": "certify_rounds: 1",
     "baseline_k: 5": "baseline_k: 1",
     "calibration_pairs: 12": "calibration_pairs: 2",
-    "replicate_k: 16": "replicate_k: 2",
+    "replicate_k: 48": "replicate_k: 2",
     "max_consecutive_gaps: 3": "max_consecutive_gaps: 3\n  max_candidates_per_arm: 3",
     "p_crash: 0.01": "p_crash: 0.0",
 }

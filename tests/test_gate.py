@@ -31,7 +31,11 @@ from loop.contract import Promotion
 DIMS = ["t", "c1", "c2", "a1", "a2"]
 # harm tolerance 0.5 keeps the legs' margin at the contract's critical_margin in these tests
 PROMO = Promotion(
-    target_dimensions=["t"], critical_dimensions=["c1", "c2"], auxiliary_dimensions=["a1", "a2"], harm_tolerance=0.5
+    target_dimensions=["t"],
+    critical_dimensions=["c1", "c2"],
+    auxiliary_dimensions=["a1", "a2"],
+    harm_tolerance=0.5,
+    replicate_k=16,
 )
 NOISE = NoiseEstimate(sigma={d: 0.8 for d in DIMS}, df={d: 40 for d in DIMS}, n_pairs=40)
 ALPHA_J = 0.1 / 24
@@ -262,6 +266,34 @@ def test_forecast_allocation_spreads_what_is_left_and_never_overspends():
     assert math.fsum(b.tested) <= 0.1 + 1e-12
     even = ErrorBudget(alpha_run=0.1, max_confirmations=24, allocation="even")
     assert even.next_alpha(expected_remaining=10) == pytest.approx(0.1 / 24)
+
+
+def test_recycling_returns_a_keeps_alpha_and_only_a_keeps():
+    b = ErrorBudget(alpha_run=0.1, max_confirmations=4, recycle=True)
+    b = b.record(0.025, kept=True)
+    assert b.spent == pytest.approx(0.0) and b.next_alpha() == pytest.approx(0.025)
+    b = b.record(0.025, kept=False)
+    assert b.spent == pytest.approx(0.025) and b.remaining == pytest.approx(0.075)
+    plain = ErrorBudget(alpha_run=0.1, max_confirmations=4).record(0.025, kept=True)
+    assert plain.spent == pytest.approx(0.025)
+    for _ in range(2):  # the confirmation count still caps the run
+        b = b.record(b.next_alpha(), kept=True)
+    assert b.next_alpha() is None
+
+
+def test_recycling_keeps_the_familywise_bound_on_null_confirmations():
+    """Levels of the confirmations that end without a KEEP never sum above alpha_run, so the
+    null ones (which KEEP only falsely) are bounded until the first false KEEP."""
+    rng = np.random.default_rng(7)
+    b = ErrorBudget(alpha_run=0.1, max_confirmations=60, recycle=True)
+    while (alpha := b.next_alpha(expected_remaining=float(rng.uniform(1, 20)))) is not None:
+        b = b.record(alpha, kept=bool(rng.random() < 0.3))
+        reverted = math.fsum(a for a, k in zip(b.tested, b.kept, strict=True) if not k)
+        assert reverted <= 0.1 + 1e-12
+        if b.remaining < 1e-12:
+            break
+    assert math.fsum(b.tested) > 0.1  # recycled alpha was used again
+    assert ErrorBudget.from_promotion(PROMO).recycle is PROMO.alpha_recycle
 
 
 def test_expected_confirmations_learns_the_cost_per_confirmation():

@@ -172,7 +172,7 @@ SMALL_RUN = {
     "certify_rounds: 20": "certify_rounds: 1",
     "baseline_k: 5": "baseline_k: 2",
     "calibration_pairs: 12": "calibration_pairs: 3",
-    "replicate_k: 16": "replicate_k: 2",
+    "replicate_k: 48": "replicate_k: 2",
     "auditor: {model: sim/auditor}": f"auditor: {{model: sim/auditor, credential_env: {CREDENTIAL}}}",
 }
 

@@ -21,7 +21,7 @@ SMALL = {
     "certify_rounds: 20": "certify_rounds: 1",
     "baseline_k: 5": "baseline_k: 2",
     "calibration_pairs: 12": "calibration_pairs: 3",
-    "replicate_k: 16": "replicate_k: 3",
+    "replicate_k: 48": "replicate_k: 3",
 }
 
 
