@@ -184,6 +184,7 @@ def _candidates(value: Any) -> list[Any]:
             "bound",
             "pocock",
             "mutated",
+            "search",
         ]
     if isinstance(value, list):
         return [value[:-1], value[::-1], [*value, "admirable"], [*value, "auditor_failure"]]
