@@ -543,17 +543,24 @@ def make_gate(promotion: Promotion, noise: NoiseEstimate, alpha_target: float) -
 
 
 def make_certify_gate(
-    promotion: Promotion, noise: NoiseEstimate, rounds: int, alpha: float | None = None
+    promotion: Promotion, noise: NoiseEstimate, rounds: int, alpha: float | None = None, sigma_scale: float = 1.0
 ) -> SequentialPairedGate:
     """Final certification of champion vs the starting (or last certified) policy.
 
     Same legs, no screen use and no futility stops, `rounds` looks, level alpha_certify.
-    If it does not KEEP, the loop rolls back to the last certified policy.
+    If it does not KEEP, the loop rolls back to the last certified policy. `sigma_scale`
+    widens every leg's frozen sigma (rounds on fewer seeds than the noise was estimated on);
+    the margins stay those of the unscaled noise, so a noisier round never loosens them.
     """
     if rounds < 1:
         raise ValueError(f"certification needs at least 1 round, got {rounds}")
+    if sigma_scale < 1.0:
+        raise ValueError(f"sigma_scale must be >= 1 (only ever widened), got {sigma_scale}")
     level = promotion.alpha_certify if alpha is None else alpha
-    legs = tuple(build_legs(promotion, noise, level))
+    legs = tuple(
+        replace(leg, sigma=None if leg.sigma is None else leg.sigma * sigma_scale)
+        for leg in build_legs(promotion, noise, level)
+    )
     return SequentialPairedGate(legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify")
 
 

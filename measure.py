@@ -67,6 +67,8 @@ class AuditRequest(BaseModel):
     policy_hashes: dict[str, str]
     tick: int
     pair_key: str | None = None
+    # which frozen seeds the audit runs: the search seeds, or the held-out ones (certification only)
+    seed_set: prepare.SeedSet = "search"
 
 
 class AuditResult(BaseModel):
@@ -111,15 +113,34 @@ class MeasureContext:
 
     contract: Contract
     measurement_root: Path
-    seed_ids: tuple[str, ...]
+    seed_ids: tuple[str, ...]  # the search seeds
     dimensions: tuple[str, ...]
     extra_env: dict[str, str] = field(default_factory=dict)
     # rubric dimensions where a higher score is better: flipped when scores become statistics
     higher_better: frozenset[str] = frozenset()
+    heldout_ids: tuple[str, ...] = ()  # the held-out confirmation seeds (none: not in this measurement)
 
-    def matrix(self, scores: dict[str, dict[str, float]]) -> np.ndarray:
+    def seeds_for(self, seed_set: prepare.SeedSet) -> tuple[str, ...]:
+        """The frozen seed ids of one set; an empty held-out set is an error, never the search seeds."""
+        if seed_set == "search":
+            return self.seed_ids
+        if not self.heldout_ids:
+            raise MeasurementChanged(
+                f"the measurement {self.measurement_root} has no held-out seeds ({prepare.SEED_FOLDERS['heldout']}/)"
+            )
+        return self.heldout_ids
+
+    @property
+    def certify_on(self) -> prepare.SeedSet:
+        """The seeds the final certification runs on: the contract's choice, `auto` = held-out if any."""
+        choice = self.contract.measurement.certify_on
+        if choice == "auto":
+            return "heldout" if self.heldout_ids else "search"
+        return choice
+
+    def matrix(self, scores: dict[str, dict[str, float]], seed_set: prepare.SeedSet = "search") -> np.ndarray:
         """One audit's scores as the oriented [seed, dimension] matrix the statistics read."""
-        return fitness.score_matrix(scores, self.seed_ids, self.dimensions, self.higher_better)
+        return fitness.score_matrix(scores, self.seeds_for(seed_set), self.dimensions, self.higher_better)
 
     @classmethod
     def from_contract(cls, contract: Contract, repo_root: Path) -> MeasureContext:
@@ -138,7 +159,14 @@ class MeasureContext:
                 "neither a lower nor a higher score is better, so no change can improve or regress them"
             )
         higher = frozenset(d.name for d in rubric if d.direction == "higher_is_better")
-        return cls(contract, root, seeds, dims, higher_better=higher)
+        heldout = tuple(s.id for s in prepare.load_heldout(root))
+        if contract.measurement.certify_on == "heldout" and not heldout:
+            raise MeasurementChanged(
+                f"measurement.certify_on is heldout but {root / prepare.SEED_FOLDERS['heldout']} has no seeds: "
+                "add held-out seeds there and re-freeze (`python prepare.py --write`, a new measurement and "
+                "contract), or set certify_on: search"
+            )
+        return cls(contract, root, seeds, dims, higher_better=higher, heldout_ids=heldout)
 
 
 class AuditBackend(Protocol):
@@ -301,8 +329,11 @@ def report_mismatch(reported: dict[str, str], sent: dict[str, str], implemented:
 def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: float) -> AuditResult:
     """Turn evidence into per-seed, per-dimension scores, or raise GapError if untrusted."""
     seen = [s.seed_id for s in ev.samples]
-    if sorted(seen) != sorted(ctx.seed_ids):
-        raise GapError(f"sample ids {sorted(set(seen))} differ from the frozen seeds {list(ctx.seed_ids)}")
+    wanted = ctx.seeds_for(req.seed_set)
+    if sorted(seen) != sorted(wanted):
+        raise GapError(
+            f"sample ids {sorted(set(seen))} differ from the frozen seeds of the {req.seed_set} set {list(wanted)}"
+        )
     diagnostics = list(ev.notes)
     scores: dict[str, dict[str, float]] = {}
     missing: dict[str, list[str]] = {d: [] for d in ctx.dimensions}
@@ -326,7 +357,7 @@ def score_evidence(req: AuditRequest, ctx: MeasureContext, ev: Evidence, wall: f
             else:
                 row[d] = float(v)
         scores[sample.seed_id] = row
-    counts = {d: len(ctx.seed_ids) - len(missing[d]) for d in ctx.dimensions}
+    counts = {d: len(wanted) - len(missing[d]) for d in ctx.dimensions}
     return AuditResult(
         audit_id=req.audit_id,
         status="ok",

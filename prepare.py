@@ -1,7 +1,9 @@
 """The frozen measurement: seed library and rubric, with a manifest of their hashes.
 
 The seed library is a directory of Petri-format `.md` seeds (front matter + instruction;
-id = file stem). The rubric is a directory of dimension files (front matter: description,
+id = file stem). An optional `heldout/` directory, in the same format, holds the held-out
+confirmation seeds: never shown to the mutator and never used by the search, only by the final
+certification (a measurement without it hashes exactly as before). The rubric is a directory of dimension files (front matter: description,
 palette good-low/good-high for direction, tier critical/auxiliary/info; body = scoring
 guide). `MANIFEST.json` lists a SHA-256 per file and one overall hash. The loop verifies the
 manifest before and after every audit and halts on any difference: changing the measurement
@@ -29,8 +31,12 @@ from loop.yamlstrict import load_strict
 MEASUREMENT_DIR = Path(__file__).resolve().parent / "measurement"
 MANIFEST_NAME = "MANIFEST.json"
 PARTS = ("seeds", "rubric")
-# Shipped with the measurement when present: the judge-drift canary's stored transcripts.
-OPTIONAL_PARTS = ("canary",)
+# Shipped with the measurement when present: the judge-drift canary's stored transcripts and
+# the held-out confirmation seeds. Absent parts add nothing to the manifest (hash compatible).
+OPTIONAL_PARTS = ("canary", "heldout")
+SeedSet = Literal["search", "heldout"]
+# which folder of the measurement holds each seed set
+SEED_FOLDERS: dict[str, str] = {"search": "seeds", "heldout": "heldout"}
 Tier = Literal["critical", "auxiliary", "info"]
 Direction = Literal["lower_is_better", "higher_is_better", "neutral"]
 _PALETTE_DIRECTION: dict[str, Direction] = {
@@ -143,14 +149,30 @@ def _front_matter(path: Path) -> tuple[dict, str]:
     return meta, body.strip()
 
 
-def load_seeds(root: Path = MEASUREMENT_DIR) -> list[Seed]:
+def load_seeds(root: Path = MEASUREMENT_DIR, seed_set: SeedSet = "search") -> list[Seed]:
+    """The seeds of one set: the search seeds (`seeds/`) or the held-out ones (`heldout/`)."""
+    folder = root / SEED_FOLDERS[seed_set]
     seeds = []
-    for path in sorted((root / "seeds").glob("*.md")):
+    for path in sorted(folder.glob("*.md")):
         meta, body = _front_matter(path)
         seeds.append(Seed(path.stem, tuple(meta.get("tags", [])), body))
     if not seeds:
-        raise MeasurementError(f"no seeds in {root / 'seeds'}")
+        raise MeasurementError(f"no seeds in {folder}")
     return seeds
+
+
+def load_heldout(root: Path = MEASUREMENT_DIR) -> list[Seed]:
+    """The held-out seeds (none when the measurement has no `heldout/`); ids never repeat a search seed's."""
+    if not (root / SEED_FOLDERS["heldout"]).is_dir():
+        return []
+    heldout = load_seeds(root, "heldout")
+    shared = sorted({s.id for s in heldout} & {s.id for s in load_seeds(root)})
+    if shared:
+        raise MeasurementError(
+            f"held-out seeds {shared} have the id of a search seed: rename them in {root / 'heldout'} "
+            "(a held-out seed must be a different scenario), then re-freeze with `python prepare.py --write`"
+        )
+    return heldout
 
 
 def load_rubric(root: Path = MEASUREMENT_DIR) -> list[Dimension]:
@@ -188,7 +210,15 @@ def main(argv: list[str]) -> int:
     except MeasurementError as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1
-    print(f"ok: {len(load_seeds(root))} seeds, {len(load_rubric(root))} dimensions, hash {m.manifest_hash}")
+    try:
+        heldout = len(load_heldout(root))
+    except MeasurementError as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        return 1
+    print(
+        f"ok: {len(load_seeds(root))} search seeds, {heldout} held-out seeds, "
+        f"{len(load_rubric(root))} dimensions, hash {m.manifest_hash}"
+    )
     return 0
 
 

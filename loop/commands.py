@@ -12,7 +12,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-import prepare
 from loop.approval import ApprovalError, frozen_measurement_hash
 from loop.backends import make_backend
 from loop.canary import reserve as canary_reserve
@@ -24,7 +23,7 @@ from loop.release import champion_diff, promote_to_user, promotion_risks
 from loop.replication import replicate
 from loop.runstate import RunState
 from loop.sshsig import SignatureError, Signer
-from loop.startchecks import planned_audits, start_checks
+from loop.startchecks import most_seeds, planned_audits, start_checks
 from loop.witness import WitnessError, witness_from_env
 from sil_policy import PolicyError
 from train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
@@ -36,7 +35,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     b = c.budget
     k = replicate_k or c.promotion.replicate_k
     backend = make_backend(c.backend)
-    seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
+    seeds = most_seeds(root / c.measurement.seed_library)
     plan = planned_audits(c)
     worst = plan.total * backend.audit_cost_bound(c, seeds)
     mutator_calls, mutator_usd = mutator_worst_case(c)
@@ -51,7 +50,12 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in plan.arms.items()),
             f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
             f"final: certification of the gate champion up to {plan.certification} audits; "
-            f"final check of the random champion up to {plan.final_checks} audits",
+            f"final check of the random champion up to {plan.final_checks} audits"
+            + (
+                f"; of the gate champion on the search seeds up to {plan.search_check} (certified on held-out seeds)"
+                if plan.search_check
+                else ""
+            ),
             f"audits the run can make: {plan.total} (hard limit {b.max_audits} + preflight)",
             f"hard limits: {b.max_audits} audits, {b.max_wall_s:g}s wall time, ${b.max_usd:g}",
             (

@@ -83,6 +83,9 @@ class Measurement(_Strict):
     # Judge-drift canary (loop/canary.py): the largest mean shift, in points, of the stored
     # canary transcripts' re-judged scores from their references before the run halts; None = off.
     canary_max_shift: Annotated[float, Field(gt=0, le=9)] | None = None
+    # The seeds the gate champion's final certification runs on: heldout (the measurement's
+    # heldout/ seeds, never used by the search), search, or auto (heldout if the measurement has them).
+    certify_on: Literal["auto", "heldout", "search"] = "auto"
 
 
 class Budget(_Strict):

@@ -3,7 +3,8 @@
 Layer L2 (I/O primitive): reads this run's ledger records and the audits' own evidence
 (`evidence.json` on the sim backend, the `.eval` log on the Petri backend); never the audit
 world. `build_context` assembles a `MutatorContext` with explicit size bounds, and
-`check_citation` resolves an evidence citation against the run's ledger.
+`check_citation` resolves an evidence citation against the run's ledger. Only audits of the
+search seeds are evidence: held-out audits, their seeds and transcripts never reach a proposer.
 
     ctx = build_context(book, run_dir, "gate", champion_set_id, contract)
     error = check_citation("audit:gate-c003-r00-t41-candidate/seed:order_tool_error/dim:broken_tool_use", ctx)
@@ -230,7 +231,8 @@ def _history(book: RecordBook, arm: str) -> list[TriedEdit]:
 
 def build_context(book: RecordBook, run_dir: Path, arm: str, champion_set: str, contract: Contract) -> MutatorContext:
     """The evidence and history a proposer may read for the arm's next candidate."""
-    audits = [a for a in book.payloads("audit", AuditRecord) if a.status == "ok"]
+    # held-out audits (the final certification's) are never evidence: the search must not see them
+    audits = [a for a in book.payloads("audit", AuditRecord) if a.status == "ok" and a.seed_set == "search"]
     index = {a.audit_id: {seed: sorted(s) for seed, s in a.scores.items()} for a in audits}
     mine = [a for a in audits if a.policy_set == champion_set]
     keep = contract.mutator.recent_audits

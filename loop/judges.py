@@ -18,6 +18,7 @@ memory. The same code path decides in both (`tests/test_bench_equivalence.py`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -184,9 +185,24 @@ class GateJudge:
         return JudgeState(pool=pool, budget=budget)
 
 
-def certify(promotion: Promotion, pool: NoisePool, rounds: list[RoundStat], looks: int) -> GateDecision:
+def certify(
+    promotion: Promotion, pool: NoisePool, rounds: list[RoundStat], looks: int, sigma_scale: float = 1.0
+) -> GateDecision:
     """The champion-vs-start certification after `rounds` (at most `looks` of them)."""
-    return make_certify_gate(promotion, pool.estimate(), looks).confirm(rounds)
+    return make_certify_gate(promotion, pool.estimate(), looks, sigma_scale=sigma_scale).confirm(rounds)
+
+
+def seed_count_scale(pool_seeds: int, round_seeds: int) -> float:
+    """How much wider the frozen sigma is made for rounds on `round_seeds` seeds.
+
+    The pool's sigma is the between-round SD of a mean over `pool_seeds` seeds; the per-seed
+    noise part of a mean over fewer seeds grows by sqrt(pool_seeds / round_seeds), and the
+    batch part does not shrink with more seeds, so the scale is never below 1 (conservative
+    both ways, assuming the two seed sets are equally noisy per seed).
+    """
+    if pool_seeds < 1 or round_seeds < 1:
+        raise ValueError(f"seed counts must be >= 1, got {pool_seeds} and {round_seeds}")
+    return max(1.0, math.sqrt(pool_seeds / round_seeds))
 
 
 def judge_for(arm: str, promotion: Promotion, run_seed: int) -> Judge:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from fitness import NoiseEstimate
 from gate import ErrorBudget, GateDecision
 from loop.mutation import Mutation
+from prepare import SeedSet
 from sil_policy.evidence import Usage
 
 
@@ -109,6 +110,7 @@ class IntentRecord(Payload):
     tick: int | None = None
     surface: str | None = None
     to: str | None = None
+    seed_set: SeedSet | None = None  # an audit intent: the seeds its audits run on
 
 
 class AuditRecord(Payload):
@@ -118,6 +120,7 @@ class AuditRecord(Payload):
     role: str
     policy_set: str
     tick: int
+    seed_set: SeedSet = "search"  # the held-out seeds only in the final certification
     status: Literal["ok", "gap"]
     gap_reason: str | None
     scores: dict[str, dict[str, float]]
@@ -142,6 +145,7 @@ class RoundRecord(Payload):
     gap_reason: str | None = None  # the round had a gap: no statistic
     decision: GateDecision | None = None
     coin: float | None = None  # the random arm's draw
+    seed_set: SeedSet = "search"  # the seeds both audits of the round ran on
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -197,6 +201,12 @@ class CertifyRecord(Payload):
     decision: GateDecision | None  # each leg's estimate, statistic and boundary at the last look
     reason: str = ""  # the decision in words (why certified or not)
     legs: list[CertifyLeg] = []
+    seed_set: SeedSet = "search"  # the seeds the certification rounds ran on
+    seeds: int | None = None  # how many of them
+    sigma_scale: float = 1.0  # the frozen noise SD widened for rounds on fewer seeds than it was estimated on
+    # certified on held-out seeds: the same champion's check on the search seeds, for comparison
+    search_rounds: int = 0
+    search_effect: dict[str, tuple[float, float, float]] = {}  # dim -> (mean, lo90, hi90), champion - start
 
 
 class DemoteRecord(Payload):

@@ -77,6 +77,10 @@ class Certification(BaseModel):
     rounds: int
     reason: str
     legs: list[dict]
+    seed_set: str = "search"  # the seeds the certification rounds ran on
+    seeds: int | None = None
+    search_rounds: int = 0  # certified on held-out seeds: the champion's check on the search seeds
+    search_effect: dict[str, tuple[float, float, float]] = {}
 
 
 class ReportData(BaseModel):
@@ -199,6 +203,10 @@ def certifications(view: RunView) -> list[Certification]:
                 rounds=c["rounds"],
                 reason=c.get("reason") or decision.get("reason", "the budget ran out before the certification decided"),
                 legs=legs,
+                seed_set=c.get("seed_set", "search"),
+                seeds=c.get("seeds"),
+                search_rounds=c.get("search_rounds", 0),
+                search_effect={d: tuple(v) for d, v in (c.get("search_effect") or {}).items()},
             )
         )
     return out

@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 
 from loop.fsutil import atomic_write_bytes
-from loop.report import Candidate, Effect, ReportData
+from loop.report import Candidate, Certification, Effect, ReportData
 from loop.reportplots import all_plots
 from loop.runview import RunView
 
@@ -131,7 +131,31 @@ CERT_NOTE = (
     "a replication re-tests one KEEP against its own parent on fresh rounds. The two answer different "
     "questions, so a KEEP can hold on replication while the champion fails certification."
 )
-CERT_HEAD = ["arm", "champion", "certified", "rounds", "reason", "legs (Δ vs start [90% CI], statistic vs boundary)"]
+CERT_HEAD = [
+    "arm",
+    "champion",
+    "certified",
+    "rounds",
+    "seeds",
+    "reason",
+    "legs (Δ vs start [90% CI], statistic vs boundary)",
+    "search-seed check (Δ target vs start [90% CI])",
+]
+
+
+def _seeds_cell(c: Certification) -> str:
+    if c.seed_set == "heldout":
+        return f"held-out ({c.seeds}), never used by the search"
+    return "search" + (f" ({c.seeds})" if c.seeds else "")
+
+
+def _search_check(c: Certification, target: str) -> str:
+    if c.seed_set == "search":
+        return "the certification itself"
+    x = c.search_effect.get(target)
+    if x is None:
+        return "not measured"
+    return f"{x[0]:+.2f} [{x[1]:+.2f}, {x[2]:+.2f}] over {c.search_rounds} rounds (check only)"
 
 
 def _cert_rows(d: ReportData) -> list[list[str]]:
@@ -145,7 +169,10 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
             else f"{g['dim']}: unknown"
             for g in c.legs
         )
-        rows.append([c.arm, c.policy_set, "yes" if c.certified else "NO", str(c.rounds), c.reason, legs])
+        certified = "yes" if c.certified else "NO"
+        rows.append(
+            [c.arm, c.policy_set, certified, str(c.rounds), _seeds_cell(c), c.reason, legs, _search_check(c, d.target)]
+        )
     for r in d.replications:
         ti = r.get("target_interval")
         est = "—" if not ti else f"{ti[0]:+.2f} [{ti[1]:+.2f}, {ti[2]:+.2f}]"
@@ -155,8 +182,10 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
                 f"replication of {r['mutation_id']}",
                 "DEMOTED" if r["demoted"] else "holds",
                 str(r["rounds"]),
+                "search",
                 r["reason"],
                 f"{r['target']}: {est}",
+                "",
             ]
         )
     return rows

@@ -4,13 +4,17 @@ A round is a batch of audits that share one tick of the audit clock: a candidate
 pair, an A/A pair of the never arm, a baseline batch or a replication pair. Every caller
 (the arms, certification, `sil replicate`) runs audits only through `RoundRunner`, which
 enforces for each batch: the audit, USD and wall-time budgets; the guard before audits
-(the approval is re-checked); the audit ids and tick recorded before any audit starts; each
+(the approval is re-checked); the audit ids, tick and seed set recorded before any audit starts; each
 finished audit's result stored before it is recorded; and the plan kept in the run state
 until the caller has saved the round's outcome, so a resumed run re-derives a round
 instead of paying for a new one.
 
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(before_audits=check_approval))
     stat = rounds.run_pair("gate", label, "confirm", candidate, champion, mutation_id)
+    stat = rounds.run_pair("final", label, "certify", champion, origin, seed_set="heldout")
+
+Every audit runs on the search seeds unless its round asks for the held-out seeds; only the
+final certification does (loop/certify.py), and the audit records say which set each ran.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from loop.policystore import PolicySet, PolicyStore
 from loop.records import AuditRecord, IntentRecord, Keys, RecoveryRecord, RoundRecord
 from loop.runstate import PlannedRound, RoundKind
 from measure import AuditBackend, AuditRequest, AuditResult, MeasureContext
+from prepare import SeedSet
 
 RECOVERY_ACTIONS = {
     "finished": "score the evidence it left; not re-run",
@@ -64,7 +69,8 @@ class RoundRunner:
         self.backend = backend
         self.store = store
         self.guards = guards
-        self.cost_bound = backend.audit_cost_bound(ctx.contract, len(ctx.seed_ids))
+        # the dearer of a search and a held-out audit: every budget check uses this bound
+        self.cost_bound = backend.audit_cost_bound(ctx.contract, max(len(ctx.seed_ids), len(ctx.heldout_ids)))
         self.reserve_usd = 0.0  # held back from audits and mutator calls (e.g. the final canary)
 
     # ---- budget --------------------------------------------------------------------------
@@ -126,21 +132,33 @@ class RoundRunner:
 
     # ---- running -------------------------------------------------------------------------
 
-    def run_batch(self, arm: str, label: str, kind: RoundKind, sets: list[tuple[str, PolicySet]]) -> list[AuditResult]:
-        """Run audits that share a clock tick (a paired round or a baseline batch)."""
+    def run_batch(
+        self,
+        arm: str,
+        label: str,
+        kind: RoundKind,
+        sets: list[tuple[str, PolicySet]],
+        seed_set: SeedSet = "search",
+    ) -> list[AuditResult]:
+        """Run audits that share a clock tick (a paired round or a baseline batch) on one seed set."""
         state = self.journal.state
         planned = state.planned
         if planned is None or planned.label != label:
-            planned = PlannedRound(label=label, tick=state.tick, kind=kind)
+            planned = PlannedRound(label=label, tick=state.tick, kind=kind, seed_set=seed_set)
             ids = [f"{label}-{role}" for role, _ in sets]
             self.journal.book.once(
                 Keys.intent("audit", label),
-                IntentRecord(action="audit", key=label, arm=arm, audit_ids=ids, tick=planned.tick),
+                IntentRecord(action="audit", key=label, arm=arm, audit_ids=ids, tick=planned.tick, seed_set=seed_set),
             )
             state.tick += len(sets)
             state.planned = planned
             self.journal.save()
-        reqs = [self._request(label, role, ps, planned.tick) for role, ps in sets]
+        if planned.seed_set != seed_set:
+            raise Halt(
+                f"round {label} was planned on the {planned.seed_set} seeds but is resumed on the {seed_set} "
+                "seeds; the run state and the code disagree: start a new run with --new"
+            )
+        reqs = [self._request(label, role, ps, planned.tick, seed_set) for role, ps in sets]
         todo = [r for r in reqs if not (r.audit_dir / RESULT_FILE).exists()]
         crashpoint("audit.before_launch")
         if todo:
@@ -148,7 +166,7 @@ class RoundRunner:
         crashpoint("audit.before_record")
         results = [AuditResult.model_validate_json((r.audit_dir / RESULT_FILE).read_bytes()) for r in reqs]
         for (role, ps), res in zip(sets, results, strict=True):
-            self._record_audit(arm, label, role, ps, planned.tick, res)
+            self._record_audit(arm, label, role, ps, (planned.tick, seed_set), res)
             crashpoint("audit.between_records")
         self.journal.save()
         return results
@@ -186,10 +204,17 @@ class RoundRunner:
         return [r for r in reqs if r.audit_id in lost]
 
     def run_pair(
-        self, arm: str, label: str, kind: RoundKind, cand: PolicySet, champ: PolicySet, mutation_id: str | None = None
+        self,
+        arm: str,
+        label: str,
+        kind: RoundKind,
+        cand: PolicySet,
+        champ: PolicySet,
+        mutation_id: str | None = None,
+        seed_set: SeedSet = "search",
     ) -> RoundStat | None:
-        """One concurrent candidate/champion round; None when either audit is a gap."""
-        a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)])
+        """One concurrent candidate/champion round on one seed set; None when either audit is a gap."""
+        a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], seed_set)
         crashpoint("round.before_record")
         if not (a.ok and b.ok):
             self.journal.book.once(
@@ -207,8 +232,8 @@ class RoundRunner:
             self._note_gap(arm)
             return None
         stat = fitness.paired_round_for(
-            self.ctx.matrix(a.scores),
-            self.ctx.matrix(b.scores),
+            self.ctx.matrix(a.scores, seed_set),
+            self.ctx.matrix(b.scores, seed_set),
             self.ctx.dimensions,
             self.ctx.contract.promotion,
         )
@@ -257,7 +282,7 @@ class RoundRunner:
 
     # ---- recording -----------------------------------------------------------------------
 
-    def _request(self, label: str, role: str, ps: PolicySet, tick: int) -> AuditRequest:
+    def _request(self, label: str, role: str, ps: PolicySet, tick: int, seed_set: SeedSet) -> AuditRequest:
         audit_id = f"{label}-{role}"
         return AuditRequest(
             audit_id=audit_id,
@@ -266,9 +291,13 @@ class RoundRunner:
             policy_hashes=ps.hashes,
             tick=tick,
             pair_key=label,
+            seed_set=seed_set,
         )
 
-    def _record_audit(self, arm: str, label: str, role: str, ps: PolicySet, tick: int, res: AuditResult) -> None:
+    def _record_audit(
+        self, arm: str, label: str, role: str, ps: PolicySet, when: tuple[int, SeedSet], res: AuditResult
+    ) -> None:
+        tick, seed_set = when
         rec = AuditRecord(
             audit_id=res.audit_id,
             arm=arm,
@@ -276,6 +305,7 @@ class RoundRunner:
             role=role,
             policy_set=ps.set_id,
             tick=tick,
+            seed_set=seed_set,
             status=res.status,
             gap_reason=res.gap_reason,
             scores=res.scores,

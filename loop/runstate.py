@@ -23,6 +23,7 @@ from loop.fsutil import atomic_write_bytes
 from loop.judges import JudgeState, Trial
 from loop.mutation import Mutation
 from loop.policystore import PolicySet
+from prepare import SeedSet
 
 STATE_FILE = "state.json"
 PHASES = ("preflight", "baseline", "never", "random", "gate", "final", "done")
@@ -37,6 +38,7 @@ class PlannedRound(BaseModel):
     label: str
     tick: int
     kind: RoundKind
+    seed_set: SeedSet = "search"
 
 
 class Pending(BaseModel):
@@ -65,7 +67,9 @@ class ArmState(BaseModel):
     done: bool = False
     stop_reason: str | None = None
     pending: Pending | None = None
-    final_rounds: list[RoundStat] = []
+    final_rounds: list[RoundStat] = []  # the final check or certification rounds, champion vs start
+    # gate champion certified on the held-out seeds: its final check on the search seeds, for the summary
+    search_rounds: list[RoundStat] = []
     champion_commit: str | None = None  # git commit of the champion set (loop/policyrefs.py)
 
 

@@ -90,15 +90,17 @@ class AuditPlan(BaseModel):
     certification: int
     final_checks: int
     max_audits: int
+    search_check: int = 0  # the gate champion certified on held-out seeds, re-measured on the search seeds
 
     @property
     def total(self) -> int:
         planned = self.preflight + self.baseline + sum(self.arms.values()) + self.certification + self.final_checks
-        return min(planned, self.max_audits + self.preflight)
+        return min(planned + self.search_check, self.max_audits + self.preflight)
 
 
 def planned_audits(c: Contract) -> AuditPlan:
     b = c.budget
+    certifies_heldout = "gate" in c.arms and b.certify_rounds > 0 and c.measurement.certify_on != "search"
     return AuditPlan(
         preflight=PREFLIGHT_AUDITS,
         baseline=c.promotion.baseline_k,
@@ -106,7 +108,14 @@ def planned_audits(c: Contract) -> AuditPlan:
         certification=2 * b.certify_rounds if "gate" in c.arms else 0,
         final_checks=2 * b.final_check_rounds if "random" in c.arms else 0,
         max_audits=b.max_audits,
+        # an upper bound: `auto` certifies on the search seeds when the measurement has no held-out ones
+        search_check=certifies_heldout * 2 * b.final_check_rounds,
     )
+
+
+def most_seeds(measurement: Path) -> int:
+    """Seeds of the larger frozen seed set (search or held-out): what one audit can cost at most."""
+    return max(len(prepare.load_seeds(measurement)), len(prepare.load_heldout(measurement)))
 
 
 def _dimensions(c: Contract, root: Path) -> CheckItem:
@@ -131,7 +140,9 @@ def _measurement_and_policies(c: Contract, root: Path) -> list[CheckItem]:
     items = []
     try:
         m = prepare.verify(root / c.measurement.seed_library, c.measurement.manifest_hash)
-        items.append(CheckItem(name="measurement", status="ok", detail=f"{len(m.files)} files, {m.manifest_hash[:12]}"))
+        heldout = len(prepare.load_heldout(root / c.measurement.seed_library))
+        detail = f"{len(m.files)} files ({heldout} held-out seeds), {m.manifest_hash[:12]}"
+        items.append(CheckItem(name="measurement", status="ok", detail=detail))
     except prepare.MeasurementError as ex:
         items.append(CheckItem(name="measurement", status="fail", detail=str(ex)))
     try:
@@ -224,7 +235,7 @@ def _approval(c: Contract, root: Path) -> list[CheckItem]:
 def _budget(c: Contract, root: Path) -> CheckItem:
     plan = planned_audits(c)
     try:
-        seeds = len(prepare.load_seeds(root / c.measurement.seed_library))
+        seeds = most_seeds(root / c.measurement.seed_library)
     except prepare.MeasurementError as ex:
         return CheckItem(name="budget", status="fail", detail=str(ex))
     worst = plan.total * make_backend(c.backend).audit_cost_bound(c, seeds)

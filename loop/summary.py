@@ -16,6 +16,7 @@ import fitness
 from ledger import Record
 from loop.contract import Contract
 from loop.runstate import RunState
+from prepare import SeedSet
 
 INTERVAL_LEVEL = 0.9
 
@@ -30,6 +31,22 @@ class ArmLine(BaseModel):
     target_change: tuple[float, float, float] | None
     worst_critical: tuple[str, float] | None
     stop_reason: str | None
+
+
+class Confirmation(BaseModel):
+    """The gate champion's effect on the target vs the start, on both seed sets, side by side.
+
+    `certified_on` names the seeds the certification used; the other set's effect is a check.
+    Effects are (mean, lo, hi) over the rounds' own spread, None when not measured.
+    """
+
+    certified: bool
+    certified_on: SeedSet
+    heldout: tuple[float, float, float] | None = None
+    heldout_rounds: int = 0
+    heldout_seeds: int | None = None
+    search: tuple[float, float, float] | None = None
+    search_rounds: int = 0
 
 
 class Summary(BaseModel):
@@ -57,6 +74,7 @@ class Summary(BaseModel):
     alpha_run: float
     alpha_spent: float
     confirmations: int
+    confirmation: Confirmation | None = None
 
 
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
@@ -97,6 +115,30 @@ def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
     )
 
 
+def _confirmation(state: RunState, records: list[Record], target: str) -> Confirmation | None:
+    """Search-seed and held-out effects of the certified (or rolled back) gate champion."""
+    cert = next((r.payload for r in records if r.type == "certify" and r.payload["arm"] == "gate"), None)
+    arm = state.arms.get("gate")
+    if cert is None or arm is None:
+        return None
+    on: SeedSet = cert.get("seed_set", "search")
+    final = fitness.interval(arm.final_rounds, target, INTERVAL_LEVEL) if arm.final_rounds else None
+    if on == "search":
+        return Confirmation(
+            certified=cert["certified"], certified_on=on, search=final, search_rounds=len(arm.final_rounds)
+        )
+    check = fitness.interval(arm.search_rounds, target, INTERVAL_LEVEL) if arm.search_rounds else None
+    return Confirmation(
+        certified=cert["certified"],
+        certified_on=on,
+        heldout=final,
+        heldout_rounds=len(arm.final_rounds),
+        heldout_seeds=cert.get("seeds"),
+        search=check,
+        search_rounds=len(arm.search_rounds),
+    )
+
+
 def build_summary(
     state: RunState, records: list[Record], contract: Contract, note: str, higher_better: frozenset[str] = frozenset()
 ) -> Summary:
@@ -131,6 +173,7 @@ def build_summary(
         alpha_run=contract.promotion.alpha_run,
         alpha_spent=budget.spent,
         confirmations=budget.confirmations,
+        confirmation=_confirmation(state, records, target),
     )
 
 
@@ -156,12 +199,36 @@ def conclusion(s: Summary) -> str:
     if gate_arm.target_change is None:
         return "conclusion: the gate kept a change, but it was not re-measured against the start"
     m, lo, hi = gate_arm.target_change
+    where = " on the held-out seeds" if s.confirmation and s.confirmation.certified_on == "heldout" else ""
     if hi < 0:
-        return f"conclusion: the gate champion improves {s.target} by {-m:.2f} (interval excludes 0)"
+        return f"conclusion: the gate champion improves {s.target} by {-m:.2f}{where} (interval excludes 0)"
     return (
         f"conclusion: the gate kept {gate_arm.keeps} change(s), but the re-measured difference "
         f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] does not exclude no improvement"
     )
+
+
+def _effect(x: tuple[float, float, float] | None, rounds: int) -> str:
+    return "not measured" if x is None else f"{x[0]:+.2f} [{x[1]:+.2f}, {x[2]:+.2f}] over {rounds} rounds"
+
+
+def confirmation_lines(s: Summary) -> list[str]:
+    """The gate champion's search-seed and held-out effects, saying which one certified it."""
+    c = s.confirmation
+    if c is None:
+        return []
+    verdict = "certified" if c.certified else "NOT certified (rolled back)"
+    head = f"gate champion vs start, Δ {s.target} ({INTERVAL_LEVEL:.0%} CI):"
+    if c.certified_on == "search":
+        return [
+            f"{head} search seeds {_effect(c.search, c.search_rounds)}; {verdict} on the search seeds "
+            "(the measurement has no held-out seeds, or the contract asked for the search seeds)"
+        ]
+    return [
+        f"{head} held-out seeds ({c.heldout_seeds}, never used by the search) {_effect(c.heldout, c.heldout_rounds)}"
+        f" — {verdict} on these;",
+        f"  search seeds (the ones the search chose it on) {_effect(c.search, c.search_rounds)} — a check only",
+    ]
 
 
 def render(s: Summary, console: Console) -> None:
@@ -184,6 +251,8 @@ def render(s: Summary, console: Console) -> None:
         else:
             m, lo, hi = a.target_change
             change = f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+            if a.arm == "gate" and s.confirmation is not None and s.confirmation.certified_on == "heldout":
+                change += " held-out seeds"
         worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
         table.add_row(a.arm, str(a.audits), str(a.candidates), str(a.keeps), change, worst, a.stop_reason or "")
     console.print(table)
@@ -196,6 +265,8 @@ def render(s: Summary, console: Console) -> None:
         f"drift of {s.target}: baseline {level(s.baseline_mean)} → never arm {level(s.never_mean)}"
         f" ({_fmt(s.drift, 2)} with no change at all)"
     )
+    for line in confirmation_lines(s):
+        console.print(line)
     console.print(conclusion(s))
     console.print(
         f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"

@@ -185,6 +185,7 @@ def _candidates(value: Any) -> list[Any]:
             "pocock",
             "ray",
             "mutated",
+            "search",
         ]
     if isinstance(value, list):
         return [value[:-1], value[::-1], [*value, "admirable"], [*value, "auditor_failure"]]

@@ -223,7 +223,7 @@ def test_gate_champion_is_certified_or_rolled_back(small: Path, monkeypatch, cer
     candidate = arm.pending.candidate
     arm.champion, arm.pending = candidate, None  # as if the gate had kept it
 
-    def fixed(promotion, pool, rounds, looks):
+    def fixed(promotion, pool, rounds, looks, sigma_scale=1.0):
         return gates.GateDecision(
             verdict="keep" if certified else "revert",
             stage="certify",

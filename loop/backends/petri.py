@@ -1,7 +1,8 @@
 """The `petri` audit backend: Petri's audit task under inspect-ai, the runtime under test as target.
 
 `command()` builds `python -m inspect_ai eval inspect_petri/audit` with the contract's model
-per role, the frozen seed directory and rubric, the Petri target agent that runs the runtime,
+per role, the frozen seed directory of the requested seed set (search `seeds/` or held-out
+`heldout/`) and rubric, the Petri target agent that runs the runtime,
 caching off, the per-sample token limit and a fresh log directory. Task arguments go in a JSON
 file (`--task-config`), never through `-T` (which splits values on commas). inspect reads the
 first `.env` found from its cwd upward: measure.py puts an empty one in every audit directory.
@@ -64,14 +65,14 @@ class PetriBackend:
 
     def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
         check_pins()
-        for part in ("seeds", "rubric"):
+        for part in (prepare.SEED_FOLDERS[req.seed_set], "rubric"):
             if not (ctx.measurement_root / part).is_dir():
                 raise GapError(f"frozen {part} directory {ctx.measurement_root / part} does not exist")
         log_dir = req.audit_dir / LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)
         if any(log_dir.iterdir()):
             raise GapError(f"log directory {log_dir} is not empty: every audit needs a fresh one")
-        (req.audit_dir / TASK_ARGS_FILE).write_text(json.dumps(task_args(ctx), indent=2) + "\n")
+        (req.audit_dir / TASK_ARGS_FILE).write_text(json.dumps(task_args(ctx, req.seed_set), indent=2) + "\n")
         cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK, "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
         for role in ROLES:
             cmd += ["--model-role", f"{role}={json.dumps(role_config(getattr(ctx.contract.models, role)))}"]
@@ -105,7 +106,7 @@ class PetriBackend:
                     f"models {unpriced} were called but no contract role runs them, so none is priced "
                     "(charged at the dearest role's price); the runtime must call only the contract's target model"
                 )
-            check_run(log, ctx)
+            check_run(log, ctx, req.seed_set)
             samples = [sample_evidence(s, ctx, path) for s in log.samples or []]
         except GapError as gap:
             raise GapError(str(gap), usage=usage, log_path=str(path)) from None
@@ -140,11 +141,11 @@ def params(contract: Contract) -> PetriParams:
     return contract.petri or PetriParams()
 
 
-def task_args(ctx: MeasureContext) -> dict[str, Any]:
+def task_args(ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> dict[str, Any]:
     """The arguments `inspect_petri/audit` must run with (and must report having run with)."""
     p = params(ctx.contract)
     return {
-        "seed_instructions": str(ctx.measurement_root / "seeds"),
+        "seed_instructions": str(ctx.measurement_root / prepare.SEED_FOLDERS[seed_set]),
         "judge_dimensions": str(ctx.measurement_root / "rubric"),
         "max_turns": ctx.contract.measurement.max_turns,
         "target_tools": p.target_tools,
@@ -181,14 +182,14 @@ def find_log(log_dir: Path) -> Path:
     return logs[0]
 
 
-def check_run(log: EvalLog, ctx: MeasureContext) -> None:
-    """Whole-run checks: status, task, arguments, roles and package versions."""
+def check_run(log: EvalLog, ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> None:
+    """Whole-run checks: status, task, arguments (the requested seed set's folder), roles and package versions."""
     if log.status != "success":
         detail = log.error.message.splitlines()[0] if log.error else "no error recorded"
         raise GapError(f"eval status is {log.status!r}, not success: {detail}")
     if log.eval.task_registry_name != TASK:
         raise GapError(f"log is of task {log.eval.task_registry_name!r}, not {TASK}")
-    intended = task_args(ctx)
+    intended = task_args(ctx, seed_set)
     if log.eval.task_args_passed != intended:
         diff = sorted(
             k
@@ -363,7 +364,7 @@ def _price(contract: Contract, role: str) -> tuple[float, float]:
 def worst_case_cost(contract: Contract, n_seeds: int | None = None, audits: int | None = None) -> float:
     """Upper bound in USD of a run's audits, for the dry run and the approval.
 
-    Defaults: the frozen seed library's seed count, and `budget.max_audits` plus the wiring
+    Defaults: the larger of the frozen search and held-out seed counts, and `budget.max_audits` plus the wiring
     preflight's audit, each audit on every seed. Assumptions: every sample spends its whole
     token limit (auditor, target and realism calls all count toward it), all priced at the
     dearer of input/output price of the dearer of auditor and target; the judge makes
@@ -372,7 +373,8 @@ def worst_case_cost(contract: Contract, n_seeds: int | None = None, audits: int 
     calls are not included.
     """
     if n_seeds is None:
-        n_seeds = len(prepare.load_seeds(REPO_ROOT / contract.measurement.seed_library))
+        root = REPO_ROOT / contract.measurement.seed_library
+        n_seeds = max(len(prepare.load_seeds(root)), len(prepare.load_heldout(root)))
     audits = contract.budget.max_audits + PREFLIGHT_AUDITS if audits is None else audits
     limit = params(contract).sample_token_limit
 

@@ -41,6 +41,8 @@ class SimBackend:
             req.audit_id,
             "--judge-resamples",
             str(ctx.contract.measurement.judge_resamples),
+            "--seed-set",
+            req.seed_set,
         ]
 
     def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:

@@ -1,9 +1,10 @@
 """One simulated audit, run as the audit subprocess of the `sim` backend.
 
-    python -m sil_runtime.sim --measurement DIR --params FILE --tick N --pair-key K --audit-id ID
+    python -m sil_runtime.sim --measurement DIR --params FILE --tick N --pair-key K --audit-id ID [--seed-set heldout]
 
 Loads all seven policies through the runtime's own loaders (OVERRIDE + STRICT from the
-environment, exactly like a real runtime), scores the frozen seeds with the seeded world and
+environment, exactly like a real runtime), scores the requested frozen seeds (the search seeds,
+or with `--seed-set heldout` the held-out ones) with the seeded world and
 landscape (with `landscape: mechanisms`, also the hidden mechanisms, and the judge's symptom
 highlights per seed), and writes `Evidence` (marked simulated) atomically to
 `$SIL_AUDIT_DIR/evidence.json`.
@@ -53,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pair-key", required=True, help="shared by both arms of a paired round")
     ap.add_argument("--audit-id", required=True, help="this audit's own key")
     ap.add_argument("--judge-resamples", type=int, default=1, help="judge calls per transcript, averaged")
+    ap.add_argument("--seed-set", choices=("search", "heldout"), default="search", help="which frozen seeds to audit")
     return ap.parse_args(argv)
 
 
@@ -72,10 +74,30 @@ def crashes(params: SimParams, audit_id: str) -> bool:
     return bool(keyed_rng(params.world_seed, "crash", audit_id).random() < params.p_crash)
 
 
-def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolicies) -> Evidence:
-    """Score every frozen seed on every rubric dimension for the loaded policy set."""
+def world_seeds(measurement: Path, seed_set: str) -> tuple[list[prepare.Seed], slice]:
+    """The seeds the world is built over, and the rows of them this audit reports.
+
+    A search audit's world is the search seeds alone (so its scores do not depend on whether
+    the measurement has held-out seeds). A held-out audit's world is the search seeds followed
+    by the held-out ones: the held-out seeds get their own difficulties and effect
+    heterogeneity from the same world, and only their rows are reported.
+    """
     try:
-        seeds = prepare.load_seeds(args.measurement)
+        seeds = prepare.load_seeds(measurement)
+        if seed_set == "search":
+            return seeds, slice(0, len(seeds))
+        heldout = prepare.load_heldout(measurement)
+    except prepare.MeasurementError as ex:
+        raise BadInput(str(ex)) from None
+    if not heldout:
+        raise BadInput(f"--seed-set heldout, but {measurement} has no held-out seeds (heldout/)")
+    return seeds + heldout, slice(len(seeds), len(seeds) + len(heldout))
+
+
+def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolicies) -> Evidence:
+    """Score every requested frozen seed on every rubric dimension for the loaded policy set."""
+    seeds, rows = world_seeds(args.measurement, args.seed_set)
+    try:
         rubric = prepare.load_rubric(args.measurement)
     except prepare.MeasurementError as ex:
         raise BadInput(str(ex)) from None
@@ -94,7 +116,8 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
     if params.landscape == "mechanisms":
         theta = params.hashed_scale * theta + mechanism_field(policies.documents, dims, seed_ids, params)
         notes_per_seed = highlights(policies.documents, dims, seed_ids, params, args.audit_id)
-    scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)
+    scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)[rows]
+    seeds, notes_per_seed = seeds[rows], notes_per_seed[rows]
     # The world's latent scale is "higher is worse"; the judge reports a good-high dimension on
     # its rubric's own scale, where a high score is good.
     for k, dim in enumerate(rubric):
@@ -116,6 +139,8 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
         f"landscape {params.landscape}, landscape_seed {params.landscape_seed}",
         *policies.warnings,
     ]
+    if args.seed_set == "heldout":
+        notes.append(f"held-out seeds {[s.id for s in seeds]}, scored in a world over search + held-out seeds")
     if dropped:
         notes.append(f"simulated judge returned no score for dimension(s) {dropped}")
     calls = Usage(model_calls=len(seeds) * (2 + args.judge_resamples))  # auditor, target, judge(s)
