@@ -116,7 +116,7 @@ def test_the_reserve_is_held_back_from_audits_and_mutator_calls() -> None:
     budget = SimpleNamespace(max_audits=100, arm_audits={}, max_wall_s=1e9, max_usd=10.0)
     state = SimpleNamespace(audits=0, usd=6.0, arms={})
     journal = SimpleNamespace(state=state, elapsed=lambda: 0.0)
-    ctx = SimpleNamespace(contract=SimpleNamespace(budget=budget), seed_ids=("a",))
+    ctx = SimpleNamespace(contract=SimpleNamespace(budget=budget), seed_ids=("a",), heldout_ids=())
     backend = SimpleNamespace(audit_cost_bound=lambda contract, n: 1.0)
     rounds = RoundRunner(journal, ctx, backend, None, Guards())  # type: ignore[arg-type]
     assert rounds.budget_left("gate", 4) is None and rounds.usd_left(4.0) is None
