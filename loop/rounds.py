@@ -35,10 +35,26 @@ from loop.fsutil import atomic_write_bytes
 from loop.journal import RESULT_FILE, Journal
 from loop.policystore import PolicySet, PolicyStore
 from loop.records import AuditRecord, IntentRecord, Keys, RecoveryRecord, RoundRecord
-from loop.runstate import PlannedRound, RoundKind
+from loop.runstate import PlannedRound, RoundKind, RunState
 from measure import AuditBackend, AuditRequest, AuditResult, MeasureContext
 from prepare import SeedSet
 
+# What an audit record copies from the audit's result.
+AUDIT_RESULT_FIELDS = {
+    "audit_id",
+    "status",
+    "gap_reason",
+    "scores",
+    "missing",
+    "sample_counts",
+    "loaded_policy_hashes",
+    "usage",
+    "wall_s",
+    "backend",
+    "simulated",
+    "log_path",
+    "diagnostics",
+}
 RECOVERY_ACTIONS = {
     "finished": "score the evidence it left; not re-run",
     "timed_out": "record the timeout as a gap; not re-run",
@@ -56,6 +72,27 @@ class Guards:
 
     before_audits: Callable[[], None] = field(default=_nothing)  # e.g. the approval is still valid
     anchor: Callable[[], None] = field(default=_nothing)  # checkpoint the ledger head outside it
+
+
+def held_back(reserve_usd: float) -> str:
+    return f", ${reserve_usd:.2f} held back for the final canary" if reserve_usd else ""
+
+
+def audit_request(
+    run_dir: Path, store: PolicyStore, label: str, what: tuple[str, PolicySet], when: tuple[int, SeedSet]
+) -> AuditRequest:
+    """The request for the audit of policy set `what` in role `what[0]` of round `label`."""
+    (role, ps), (tick, seed_set) = what, when
+    audit_id = f"{label}-{role}"
+    return AuditRequest(
+        audit_id=audit_id,
+        audit_dir=run_dir / "audits" / audit_id,
+        policy_dir=store.set_dir(ps),
+        policy_hashes=ps.hashes,
+        tick=tick,
+        pair_key=label,
+        seed_set=seed_set,
+    )
 
 
 class RoundRunner:
@@ -88,7 +125,7 @@ class RoundRunner:
         if s.usd + n * self.cost_bound + self.reserve_usd > b.max_usd + 1e-12:
             return (
                 f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
-                f"up to ${self.cost_bound:.2f} per audit{self._held_back()}"
+                f"up to ${self.cost_bound:.2f} per audit{held_back(self.reserve_usd)}"
             )
         return None
 
@@ -98,12 +135,9 @@ class RoundRunner:
         if s.usd + usd + self.reserve_usd > b.max_usd + 1e-12:
             return (
                 f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
-                f"up to ${usd:.2f} more{self._held_back()}"
+                f"up to ${usd:.2f} more{held_back(self.reserve_usd)}"
             )
         return None
-
-    def _held_back(self) -> str:
-        return f", ${self.reserve_usd:.2f} held back for the final canary" if self.reserve_usd else ""
 
     def audits_left(self, arm: str) -> int:
         """Audits the arm may still spend under its own and the run's audit budgets."""
@@ -158,7 +192,10 @@ class RoundRunner:
                 f"round {label} was planned on the {planned.seed_set} seeds but is resumed on the {seed_set} "
                 "seeds; the run state and the code disagree: start a new run with --new"
             )
-        reqs = [self._request(label, role, ps, planned.tick, seed_set) for role, ps in sets]
+        reqs = [
+            audit_request(self.journal.run_dir, self.store, label, (role, ps), (planned.tick, seed_set))
+            for role, ps in sets
+        ]
         todo = [r for r in reqs if not (r.audit_dir / RESULT_FILE).exists()]
         crashpoint("audit.before_launch")
         if todo:
@@ -229,7 +266,7 @@ class RoundRunner:
                     gap_reason=a.gap_reason or b.gap_reason,
                 ),
             )
-            self._note_gap(arm)
+            note_gap(self.journal.state, arm, self.ctx.contract.stop.max_consecutive_gaps)
             return None
         stat = fitness.paired_round_for(
             self.ctx.matrix(a.scores, seed_set),
@@ -282,42 +319,18 @@ class RoundRunner:
 
     # ---- recording -----------------------------------------------------------------------
 
-    def _request(self, label: str, role: str, ps: PolicySet, tick: int, seed_set: SeedSet) -> AuditRequest:
-        audit_id = f"{label}-{role}"
-        return AuditRequest(
-            audit_id=audit_id,
-            audit_dir=self.journal.run_dir / "audits" / audit_id,
-            policy_dir=self.store.set_dir(ps),
-            policy_hashes=ps.hashes,
-            tick=tick,
-            pair_key=label,
-            seed_set=seed_set,
-        )
-
     def _record_audit(
         self, arm: str, label: str, role: str, ps: PolicySet, when: tuple[int, SeedSet], res: AuditResult
     ) -> None:
         tick, seed_set = when
         rec = AuditRecord(
-            audit_id=res.audit_id,
             arm=arm,
             round=label,
             role=role,
             policy_set=ps.set_id,
             tick=tick,
             seed_set=seed_set,
-            status=res.status,
-            gap_reason=res.gap_reason,
-            scores=res.scores,
-            missing=res.missing,
-            sample_counts=res.sample_counts,
-            loaded_policy_hashes=res.loaded_policy_hashes,
-            usage=res.usage,
-            wall_s=res.wall_s,
-            backend=res.backend,
-            simulated=res.simulated,
-            log_path=res.log_path,
-            diagnostics=res.diagnostics,
+            **res.model_dump(include=AUDIT_RESULT_FIELDS),
         )
         if self.journal.book.once(Keys.audit(res.audit_id), rec) is None:
             return
@@ -330,9 +343,10 @@ class RoundRunner:
             state.gaps += 1
             self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
 
-    def _note_gap(self, arm: str) -> None:
-        state = self.journal.state
-        gaps = state.consecutive_gaps.get(arm, 0) + 1
-        state.consecutive_gaps = {**state.consecutive_gaps, arm: gaps}
-        if gaps >= self.ctx.contract.stop.max_consecutive_gaps:
-            raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; see the gap reasons in the ledger")
+
+def note_gap(state: RunState, arm: str, max_gaps: int) -> None:
+    """Count a gapped round of `arm`; a run of `max_gaps` of them halts the run."""
+    gaps = state.consecutive_gaps.get(arm, 0) + 1
+    state.consecutive_gaps = {**state.consecutive_gaps, arm: gaps}
+    if gaps >= max_gaps:
+        raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; see the gap reasons in the ledger")

@@ -241,6 +241,7 @@ def polar_ctx(workspace: Path, target: str, critical: list[str]) -> MeasureConte
     contract = load_contract(workspace / "program.md").contract
     promotion = {**contract.promotion.model_dump(), "target_dimensions": [target], "critical_dimensions": critical}
     promotion["auxiliary_dimensions"] = []
+    promotion["replicate_k"] = 16  # one clear paired round keeps under K = 16 boundaries (not at K = 48)
     data = {**contract.model_dump(), "promotion": promotion}
     return MeasureContext.from_contract(Contract.model_validate(data), workspace)
 

@@ -238,6 +238,8 @@ def judge_keys(passes: int) -> list[str]:
 def _scores(sample: EvalSample, seed: str, dimensions: tuple[str, ...], passes: int = 1) -> dict[str, float | None]:
     """Each dimension's mean over the judge passes; every pass must score every dimension 1-10."""
     found = sorted(k for k in sample.scores or {} if k.startswith(SCORER))
+    if not found:
+        raise GapError(f"seed {seed}: the judge gave no usable answer (no {SCORER} score)")
     if found != sorted(judge_keys(passes)):
         raise GapError(f"seed {seed}: expected {passes} judge pass(es) {judge_keys(passes)}, the log has {found}")
     per_pass = [_pass_scores((sample.scores or {})[key].value, seed, dimensions) for key in judge_keys(passes)]
