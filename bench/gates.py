@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 import prepare
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
-from bench.metrics import Row, WaldPoint, aggregate, format_table
+from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import format_validity, validity_table
@@ -119,6 +119,15 @@ def world_params(base: SimParams, world: str, update: dict[str, object]) -> SimP
     if mixture is not None:
         data["effect_mixture"] = {**base.effect_mixture.model_dump(), **mixture}
     return SimParams.model_validate(data)
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """Per cell: the method rows, the A/A paired-round SD, and where each method's audits went."""
+
+    tables: dict[Cell, list[Row]]
+    sds: dict[Cell, float]
+    kinds: dict[Cell, list[KindRow]]
 
 
 @dataclass(frozen=True)
@@ -233,9 +242,7 @@ def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterat
             yield setup, cell, list(range(start, min(runs, start + chunk)))
 
 
-def run_grid(
-    setup: Setup, cells: Sequence[Cell], runs: int, jobs: int
-) -> tuple[dict[Cell, list[Row]], dict[Cell, float]]:
+def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> GridResult:
     results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
     tasks = list(_tasks(setup, cells, runs, chunk=max(1, min(25, runs // 4 or 1))))
     if jobs > 1:
@@ -246,14 +253,15 @@ def run_grid(
         for task in tasks:
             cell, out = _work(task)
             results[cell].extend(out)
-    tables, sds = {}, {}
+    grid = GridResult({}, {}, {})
     for cell in cells:
         sd = paired_sd(setup, cell)
         promo = setup.cell_promotion(cell)
         design = (promo.futility_effect, promo.replicate_k)
-        tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, design) for m in setup.methods]
-        sds[cell] = sd
-    return tables, sds
+        grid.tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, design) for m in setup.methods]
+        grid.kinds[cell] = [k for m in setup.methods for k in by_kind(m, [r[m] for r in results[cell]])]
+        grid.sds[cell] = sd
+    return grid
 
 
 def wald_reference(setup: Setup, cell: Cell, sd: float) -> str:
@@ -322,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FIELD=VALUE",
         help="override promotion settings of the loop's gate, e.g. critical_margin=0.4",
     )
+    ap.add_argument(
+        "--by-kind", action="store_true", help="also show where each method's audits went, per candidate type"
+    )
     ap.add_argument("--out", type=Path, help="also write <out>/gates.md and gates.json")
     return ap
 
@@ -348,11 +359,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "",
     ]
     print("\n".join(out), flush=True)
-    tables, sds = run_grid(setup, cells, runs, args.jobs)
+    grid = run_grid(setup, cells, runs, args.jobs)
+    tables = grid.tables
     for cell in cells:
-        block = (
-            f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n\n{wald_reference(setup, cell, sds[cell])}\n"
-        )
+        block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n\n{wald_reference(setup, cell, grid.sds[cell])}\n"
+        if args.by_kind:
+            block += f"\nWhere the candidate audits went:\n\n{format_by_kind(grid.kinds[cell])}\n"
         print(block, flush=True)
         out.append(block)
     validity = validity_table(setup.params, setup.dims, setup.n_seeds, setup.promotion, reps, SEED)
@@ -369,14 +381,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(block)
     out.append(block)
     if args.out:
-        _write(args.out, "\n".join(out), tables, validity)
+        _write(args.out, "\n".join(out), grid, validity)
 
 
-def _write(folder: Path, text: str, tables: dict[Cell, list[Row]], validity) -> None:
+def _write(folder: Path, text: str, grid: GridResult, validity) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "gates.md").write_text(text + "\n", encoding="utf-8")
     data = {
-        "cells": [{**asdict(c), "rows": [asdict(r) for r in rows]} for c, rows in tables.items()],
+        "cells": [
+            {**asdict(c), "rows": [asdict(r) for r in rows], "by_kind": [asdict(k) for k in grid.kinds[c]]}
+            for c, rows in grid.tables.items()
+        ],
         "validity": [asdict(v) for v in validity],
     }
     (folder / "gates.json").write_text(

@@ -18,6 +18,8 @@ All metrics are against the simulated truth (`World.expected_scores`), lower is 
   (futility_effect), moved by its own harm. Each bound is capped at the K-round truncation
   (2K audits). 1.0 = no audit wasted for the error rates achieved. Not shown ("-") when the
   procedure is no better than a coin (alpha + beta >= 1) or above alpha_run in false KEEPs.
+- where the audits go (`by_kind`): per candidate type of the effect mixture, decisions and
+  audits per run, the share of all candidate audits, audits per decision and the KEEP rate;
 - `WaldPoint.audits` at alpha per test = alpha_run / J_max and beta = 0.2 is the useful
   operating point the bench prints for reference (what a powerful test would need).
 """
@@ -25,12 +27,14 @@ All metrics are against the simulated truth (`World.expected_scores`), lower is 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from bench.simrun import RunSummary
+from sil_runtime.sim.world import CANDIDATE_TYPES
 
 P_WORSE_LIMIT = 0.1
 MIN_WALD_AUDITS = 0.1  # below this the bound says "no information used": ratio not shown
@@ -151,5 +155,63 @@ def format_table(rows: Sequence[Row], alpha_run: float) -> str:
             f"| {r.false_keep_run:.3f} | {r.harmful_keep_run:.3f} | {r.bad_share:.3f} "
             f"| {r.final_target:+.3f} +- {r.final_target_se:.3f} | {r.final_critical:+.3f} "
             f"| {r.p_worse:.3f} | {wald} | {spent} | {'yes' if r.admissible(alpha_run) else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class KindRow:
+    """Where one procedure's candidate audits went, for one candidate type of the mixture."""
+
+    method: str
+    kind: str
+    decisions: float  # per run
+    audits: float  # per run
+    share: float  # of all candidate audits
+    audits_per_decision: float
+    keep_rate: float
+    endings: tuple[tuple[str, float], ...] = ()  # share of decisions per ending, most frequent first
+
+
+def by_kind(method: str, runs: Sequence[RunSummary]) -> list[KindRow]:
+    """Decisions, audits and KEEPs per candidate type (types that were never decided are left out)."""
+    total = sum(sum(r.decision_audits) for r in runs) or 1.0
+    rows = []
+    for kind in CANDIDATE_TYPES:
+        cells = [
+            (a, k, e)
+            for r in runs
+            for t, a, k, e in zip(r.kinds, r.decision_audits, r.kept, r.endings or ("",) * len(r.kinds), strict=True)
+            if t == kind
+        ]
+        if not cells:
+            continue
+        audits = sum(c[0] for c in cells)
+        counts = Counter(c[2] for c in cells if c[2])
+        rows.append(
+            KindRow(
+                method=method,
+                kind=kind,
+                decisions=len(cells) / len(runs),
+                audits=audits / len(runs),
+                share=audits / total,
+                audits_per_decision=audits / len(cells),
+                keep_rate=sum(c[1] for c in cells) / len(cells),
+                endings=tuple((e, n / len(cells)) for e, n in counts.most_common()),
+            )
+        )
+    return rows
+
+
+def format_by_kind(rows: Sequence[KindRow]) -> str:
+    lines = [
+        "| method | candidate type | decisions/run | audits/run | share of audits | audits/dec | KEEP rate | ended by |"
+    ]
+    lines.append("|" + "---|" * 8)
+    for r in rows:
+        ended = ", ".join(f"{e} {share:.2f}" for e, share in r.endings) or "-"
+        lines.append(
+            f"| {r.method} | {r.kind} | {r.decisions:.2f} | {r.audits:.1f} | {r.share:.0%} "
+            f"| {r.audits_per_decision:.1f} | {r.keep_rate:.3f} | {ended} |"
         )
     return "\n".join(lines)

@@ -196,6 +196,25 @@ def drive_candidate_arm(
     return shared, outcomes
 
 
+# How a gate-arm decision ended, by the start of its reason (loop/judges.py, gate.py).
+ENDINGS = (
+    ("screen", "screen"),
+    ("run error budget", "alpha spent"),
+    ("futility", "futility"),
+    ("conditional power", "cond. power"),
+    ("harm veto", "harm veto"),
+    ("no KEEP after", "K rounds"),
+    ("stopped before a decision", "audits spent"),
+)
+
+
+def ending_of(outcome: Outcome) -> str:
+    """A short name for how a decision ended: keep, or the rule that reverted it."""
+    if outcome.verdict == "keep":
+        return "keep"
+    return next((name for start, name in ENDINGS if outcome.reason.startswith(start)), "other")
+
+
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     """The loop's gate arm on the simulated world: A/A calibration, then the shared GateJudge."""
     promo = settings.promotion
@@ -211,7 +230,7 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
 
     def decided(index: int, outcome: Outcome) -> None:
         audits = run.used - started.get(index, run.used)
-        run.decide(run.candidates[index], outcome.verdict == "keep", audits)
+        run.decide(run.candidates[index], outcome.verdict == "keep", audits, ending_of(outcome))
 
     feed = ArmFeed(measure, lambda: run.left() - reserve, lambda: run.used - calibration, decided)
     shared, _ = drive_candidate_arm(GateJudge(promo), shared, len(run.candidates), feed)

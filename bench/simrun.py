@@ -44,6 +44,7 @@ class Decision:
     delta: np.ndarray  # true change per dim had the candidate been kept (lower is better)
     kept: bool
     audits: float  # a shared champion audit is split over the candidates it served
+    ending: str = ""  # how the decision ended (bench.procedures.ending_of), where the procedure says
 
 
 @dataclass
@@ -107,8 +108,8 @@ class SimRun:
         self.used += len(thetas)
         return out
 
-    def decide(self, cand: Candidate, kept: bool, audits: float) -> None:
-        self.decisions.append(Decision(cand.kind, self.true_delta(cand.field), kept, audits))
+    def decide(self, cand: Candidate, kept: bool, audits: float, ending: str = "") -> None:
+        self.decisions.append(Decision(cand.kind, self.true_delta(cand.field), kept, audits, ending))
         if kept:
             self.set_champion(self.theta + cand.field)
 
@@ -150,6 +151,11 @@ class RunSummary:
     effects: tuple[float, ...] = ()
     good: tuple[bool, ...] = ()
     certified: bool | None = None  # outcome of the final certification, if one ran
+    # per decided candidate: its mixture type and the audits its decision cost
+    kinds: tuple[str, ...] = ()
+    decision_audits: tuple[float, ...] = ()
+    kept: tuple[bool, ...] = ()
+    endings: tuple[str, ...] = ()
 
 
 def summarize(run: SimRun) -> RunSummary:
@@ -181,4 +187,8 @@ def summarize(run: SimRun) -> RunSummary:
         effects=tuple(float(x) for x in d_t),
         good=tuple(bool(x) for x in good),
         certified=bool(run.notes["certified"]) if "certified" in run.notes else None,
+        kinds=tuple(d.kind for d in run.decisions),
+        decision_audits=tuple(float(d.audits) for d in run.decisions),
+        kept=tuple(bool(x) for x in kept),
+        endings=tuple(d.ending for d in run.decisions),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +10,11 @@ import pytest
 
 from bench import gates
 from bench.gates import Cell, load_setup, simulate_run
-from bench.metrics import WaldPoint, aggregate, in_stream_point, wald_bound_rounds
+from bench.metrics import WaldPoint, aggregate, by_kind, format_by_kind, in_stream_point, wald_bound_rounds
+from bench.procedures import ending_of
 from bench.simrun import RunSummary, SimRun
 from bench.validity import null_promotion, one_replicate
+from loop.judges import Outcome
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,6 +152,45 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
     assert "SIMULATED" in text and "| loop_gate |" in text and "| geode |" in text
     assert "Type-I of the confirmation test" in text and "Acceptance checks" in text
     assert (tmp_path / "gates.md").exists() and (tmp_path / "gates.json").exists()
+    assert "Where the candidate audits went" not in text  # only with --by-kind
+
+
+def test_by_kind_accounts_every_candidate_audit_to_its_type(setup):
+    runs = [simulate_run(setup, Cell("calibrated", 0.0, 120), run=r)["loop_gate"] for r in range(3)]
+    rows = by_kind("loop_gate", runs)
+    assert sum(r.share for r in rows) == pytest.approx(1.0)
+    assert sum(r.audits for r in rows) * 3 == pytest.approx(sum(r.audits for r in runs))
+    assert sum(r.decisions for r in rows) * 3 == pytest.approx(sum(r.decisions for r in runs))
+    for row in rows:
+        ended = dict(row.endings)
+        assert sum(ended.values()) == pytest.approx(1.0), row
+        assert ended.get("keep", 0.0) == pytest.approx(row.keep_rate)
+        assert "other" not in ended  # every loop-gate reason has a name
+    assert "| loop_gate | null |" in format_by_kind(rows)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reason", "ending"),
+    [
+        ("keep", "all 5 legs crossed their boundaries by look 9", "keep"),
+        ("revert", "screen: screen failed: target", "screen"),
+        ("revert", "futility: broken_tool_use evidence favours no effect over 0.8", "futility"),
+        ("revert", "conditional power 0.010 < 0.05 on broken_tool_use", "cond. power"),
+        ("revert", "harm veto: concerning evidence of a 0.3 regression", "harm veto"),
+        ("revert", "no KEEP after 48 rounds", "K rounds"),
+        ("revert", "something new", "other"),
+    ],
+)
+def test_ending_names_the_rule_that_decided(verdict, reason, ending):
+    assert ending_of(Outcome(verdict=verdict, reason=reason, kind="confirm")) == ending
+
+
+def test_cli_by_kind_table_is_printed_and_written(capsys, tmp_path):
+    args = "--runs 2 --budgets 60 --worlds calibrated --rhos 0 --validity-reps 1 --jobs 1 --methods loop_gate"
+    gates.main([*args.split(), "--by-kind", "--out", str(tmp_path)])
+    assert "Where the candidate audits went" in capsys.readouterr().out
+    cells = json.loads((tmp_path / "gates.json").read_text())["cells"]
+    assert cells[0]["by_kind"] and {"kind", "share", "endings"} <= set(cells[0]["by_kind"][0])
 
 
 def test_worlds_apply_their_knobs_and_validate(setup):
