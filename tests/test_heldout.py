@@ -204,20 +204,14 @@ def certified_run(root: Path, monkeypatch, certify_on: str | None = None):
     """A run whose gate champion is a real candidate, certified (forced) in the final phase."""
     import gate as gates
     from loop import certify
-    from loop.arms import NeverArm
-    from tests.test_train import _gate_arm
+    from tests.test_train import gate_champion_forced
 
     edit_contract(root / "program.md", "certify_rounds: 1", "certify_rounds: 3")
     edit_contract(root / "program.md", "final_check_rounds: 1", "final_check_rounds: 2")
     if certify_on:
         edit_contract(root / "program.md", "  max_turns: 12", f"  max_turns: 12\n  certify_on: {certify_on}")
     rc = open_loop(root, "cert")
-    NeverArm(rc).run()
-    gate_arm, arm = _gate_arm(rc)
-    gate_arm.propose(arm)
-    gate_arm.apply(arm)
-    candidate = arm.pending.candidate
-    arm.champion, arm.pending = candidate, None  # as if the gate had kept it
+    candidate = gate_champion_forced(rc)
     seen_scales = []
 
     def keep_at_last_look(promotion, pool, rounds, looks, sigma_scale=1.0):
@@ -333,20 +327,32 @@ CHILD_TIMEOUT_S = 300
 KILLS = [("audit.running", 3, True), ("round.before_record", 1, False), ("state.before_save", 2, False)]
 
 
+def forced_workspaces(tmp_path: Path) -> tuple[Path, Path]:
+    """Two identical copies of the repository's workspace, each at `forced_champion`:
+    a reference run and one to kill."""
+    from tests.conftest import REPO
+
+    roots = []
+    for name in ("reference", "killed"):
+        root = tmp_path / name
+        root.mkdir()
+        shutil.copy(REPO / "program.md", root / "program.md")
+        shutil.copytree(REPO / "measurement", root / "measurement")
+        shutil.copytree(REPO / "state" / "policies", root / "state" / "policies")
+        forced_champion(shrink(root))
+        roots.append(root)
+    return roots[0], roots[1]
+
+
 def forced_champion(root: Path) -> None:
     """A saved run whose gate champion is a real (unaudited) candidate, ready for the final phase."""
-    from loop.arms import NeverArm
-    from tests.test_train import _gate_arm
+    from tests.test_train import gate_champion_forced
 
     edit_contract(root / "program.md", "certify_rounds: 1", "certify_rounds: 3")
     edit_contract(root / "program.md", "final_check_rounds: 1", "final_check_rounds: 2")
     edit_contract(root / "program.md", "p_crash: 0.01", "p_crash: 0.0")
     rc = open_loop(root, "cert")
-    NeverArm(rc).run()
-    gate_arm, arm = _gate_arm(rc)
-    gate_arm.propose(arm)
-    gate_arm.apply(arm)
-    arm.champion, arm.pending = arm.pending.candidate, None  # as if the gate had kept it
+    gate_champion_forced(rc)
     rc.save()
 
 
@@ -385,19 +391,9 @@ def test_resume_after_kills_during_heldout_certification(tmp_path: Path) -> None
     from loop import attempts
     from loop.ledgerverify import verify_run_ledger
     from loop.runstate import RunState
-    from tests.conftest import REPO
     from tests.test_crash_matrix import check_intents_precede_effects, kill_orphan_audits
 
-    roots = []
-    for name in ("reference", "killed"):
-        root = tmp_path / name
-        root.mkdir()
-        shutil.copy(REPO / "program.md", root / "program.md")
-        shutil.copytree(REPO / "measurement", root / "measurement")
-        shutil.copytree(REPO / "state" / "policies", root / "state" / "policies")
-        forced_champion(shrink(root))
-        roots.append(root)
-    reference, killed = roots
+    reference, killed = forced_workspaces(tmp_path)
     assert final_phase_in_child(reference) == 0
     for point, k, lose_audits in KILLS:
         assert final_phase_in_child(killed, f"{point}:{k}") == -9, f"{point}:{k} was not reached"
@@ -428,23 +424,13 @@ def test_resume_after_an_early_certification_runs_no_spare_round(tmp_path: Path,
     """Killed in the search-seed check after the certification decided early: no extra held-out round."""
     import gate as gates
     from loop import certify
-    from tests.conftest import REPO
 
     def keep_at_two(promotion, pool, rounds, looks, sigma_scale=1.0):
         verdict = "keep" if len(rounds) >= 2 else "continue"
         return gates.GateDecision(verdict=verdict, stage="certify", look=len(rounds), reason="t", legs=[], alpha=0.05)
 
     monkeypatch.setattr(certify, "certify", keep_at_two)  # inherited by the forked children
-    roots = []
-    for name in ("reference", "killed"):
-        root = tmp_path / name
-        root.mkdir()
-        shutil.copy(REPO / "program.md", root / "program.md")
-        shutil.copytree(REPO / "measurement", root / "measurement")
-        shutil.copytree(REPO / "state" / "policies", root / "state" / "policies")
-        forced_champion(shrink(root))
-        roots.append(root)
-    reference, killed = roots
+    reference, killed = forced_workspaces(tmp_path)
     assert final_phase_in_child(reference) == 0
     # audits 1-4: two held-out certification rounds; audit 5: the first search-seed check round
     assert final_phase_in_child(killed, "audit.running:5") == -9

@@ -190,6 +190,20 @@ def _gate_arm(rc: RunContext):
     return CandidateArm(rc, "gate", GateJudge(rc.promotion), proposer), arm
 
 
+def gate_champion_forced(rc: RunContext):
+    """The never arm done and the gate arm's first candidate made champion without an audit
+    (as if the gate had kept it): the state the final phase starts from. Returns that candidate."""
+    from loop.arms import NeverArm
+
+    NeverArm(rc).run()
+    gate_arm, arm = _gate_arm(rc)
+    gate_arm.propose(arm)
+    gate_arm.apply(arm)
+    candidate = arm.pending.candidate
+    arm.champion, arm.pending = candidate, None
+    return candidate
+
+
 def test_gate_keep_without_a_passing_confirmation_is_never_promoted(small: Path) -> None:
     """A KEEP verdict alone (e.g. a forged or corrupted state) cannot make a champion."""
     import gate as gates
@@ -212,16 +226,10 @@ def test_gate_champion_is_certified_or_rolled_back(small: Path, monkeypatch, cer
     """With certify_rounds, the gate's champion keeps its place only if certification passes."""
     import gate as gates
     from loop import certify
-    from loop.arms import NeverArm
 
     edit_contract(small / "program.md", "certify_rounds: 1", "certify_rounds: 2")
     rc = open_loop(small, "cert")
-    NeverArm(rc).run()
-    gate_arm, arm = _gate_arm(rc)
-    gate_arm.propose(arm)
-    gate_arm.apply(arm)
-    candidate = arm.pending.candidate
-    arm.champion, arm.pending = candidate, None  # as if the gate had kept it
+    candidate = gate_champion_forced(rc)
 
     def fixed(promotion, pool, rounds, looks, sigma_scale=1.0):
         return gates.GateDecision(
