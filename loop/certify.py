@@ -45,7 +45,7 @@ class FinalPlan:
         done = len(self.rounds(arm))
         return f"final-{arm.arm}-search-{done:02d}" if self.search_check else f"final-{arm.arm}-{done:02d}"
 
-    def rounds(self, arm: ArmState) -> list:
+    def rounds(self, arm: ArmState) -> list[fitness.RoundStat]:
         return arm.search_rounds if self.search_check else arm.final_rounds
 
 
