@@ -10,7 +10,7 @@ information per unit cost against k = 1 is (sd_1/sd_k)^2 / (1 + (k-1) c), and th
 paying at c = ((sd_1/sd_k)^2 - 1) / (k-1). All figures are SIMULATED: the judge's true share
 of the noise is unknown until real A/A audits are re-judged.
 
-    python -m bench.judgepasses                              # default grid: about 20 s
+    python -m bench.judgepasses                              # default grid: about 30 s on 2 cores
     python -m bench.judgepasses --shares 0 0.5 --passes 1 3 --worlds 4 --pairs 30
     python -m bench.judgepasses --rejudge-cost 0.5 --out bench/results/judge   # judgepasses.md/json
     python -m bench.judgepasses --rejudge-cost bound   # c from the Petri backend's worst-case bound
