@@ -9,6 +9,9 @@ its audit noise is its own (audit keys carry the procedure's name).
     y = run.audit(run.theta)                    # one audit of the champion, [n_seeds, D]
     a, b = run.audit_pair(cand, run.theta)      # a concurrent paired round
     run.decide(candidate, kept=True, audits=8)  # record the true effect, promote if kept
+
+`judge_resamples` k > 1 has every audit's transcripts re-judged k times and averaged, as
+`measurement.judge_resamples` does (`World.audit`); 1, the default, is a single judge pass.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class SimRun:
     used: int = 0
     decisions: list[Decision] = field(default_factory=list)
     notes: dict[str, float] = field(default_factory=dict)
+    judge_resamples: int = 1
 
     def __post_init__(self) -> None:
         if self.tolerance.size != len(self.critical_idx):
@@ -83,7 +87,7 @@ class SimRun:
     def audit(self, theta: np.ndarray) -> np.ndarray:
         """One audit at the current tick (one tick per audit spent)."""
         key = self._key("a")
-        y = self.world.audit(theta, self.used, key, key)
+        y = self.world.audit(theta, self.used, key, key, self.judge_resamples)
         self.used += 1
         return y
 
@@ -91,8 +95,8 @@ class SimRun:
         """Two concurrent audits: same tick, shared pair key (correlated noise if the world has it)."""
         pair = self._key("pair")
         tick = self.used
-        a = self.world.audit(theta_a, tick, pair, pair + ":a")
-        b = self.world.audit(theta_b, tick, pair, pair + ":b")
+        a = self.world.audit(theta_a, tick, pair, pair + ":a", self.judge_resamples)
+        b = self.world.audit(theta_b, tick, pair, pair + ":b", self.judge_resamples)
         self.used += 2
         return a, b
 
@@ -104,7 +108,8 @@ class SimRun:
         """Concurrent audits of several policies: same tick, one shared pair key (CRN)."""
         pair = self._key("group")
         tick = self.used
-        out = [self.world.audit(theta, tick, pair, f"{pair}:{i}") for i, theta in enumerate(thetas)]
+        k = self.judge_resamples
+        out = [self.world.audit(theta, tick, pair, f"{pair}:{i}", k) for i, theta in enumerate(thetas)]
         self.used += len(thetas)
         return out
 

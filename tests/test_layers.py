@@ -98,6 +98,7 @@ LAYERS: dict[str, int | str] = {
     "loop.cli": 5,
     "loop.commands": 5,
     "bench": 5,
+    "bench.judgepasses": 5,
     # the runtime under test
     "sil_runtime": RUNTIME,
 }
