@@ -38,7 +38,7 @@ from loop.baseline import baseline_phase
 from loop.canary import canary_check
 from loop.canary import reserve as canary_reserve
 from loop.certify import final_phase
-from loop.checkpoint import CheckpointError, anchor_repo, write_checkpoint
+from loop.checkpoint import CheckpointError, anchor_repo, start_conflict, write_checkpoint
 from loop.context import RunContext
 from loop.contract import ContractError, LoadedContract, load_contract
 from loop.diskspace import check_free_space, is_disk_error
@@ -351,6 +351,8 @@ def execute_run(
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
         emit = on_event or (lambda line: err.print(escape(line), highlight=False))
         cfg = guarded_config(loaded, root, run_dir, emit, replicate)
+        if conflict := start_conflict(run_dir / "ledger.jsonl", anchor_repo(root, create=False), run_id):
+            raise Refused(f"{conflict}. Nothing was started")
         with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)

@@ -179,6 +179,39 @@ def read_checkpoints(repo_dir: Path, run_id: str) -> list[Checkpoint]:
     return git.read_checkpoints(git.out("rev-list", "--first-parent", "--reverse", ref, "--").split())
 
 
+def start_conflict(ledger_path: Path, repo_dir: Path | None, run_id: str) -> str | None:
+    """Why run `run_id` may not start or resume on this ledger (None if it may): the run was
+    anchored before, and the ledger no longer extends its last checkpoint.
+
+    Checked before any audit, so a deleted or truncated run directory costs nothing. The ref is
+    read before the ledger: an append-only ledger can only have grown since its checkpoint.
+    """
+    if repo_dir is None:
+        return None
+    git = GitPlumbing(repo_dir)
+    last = git.resolve(checkpoint_ref(run_id))
+    if last is None:
+        return None
+    cp = git.read_checkpoints([last])[0]
+    data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+    if not data:
+        return (
+            f"run {run_id} was checkpointed before (its last checkpoint, {cp.created_at}, covers "
+            f"{cp.records} ledger records) but {ledger_path} is missing or empty: its run folder was "
+            f"deleted or moved. Restore the folder to resume that run, or start a fresh run under a "
+            f"new id with `sil run --new` (or --run-id NAME). The old run's checkpoints stay in "
+            f"{checkpoint_ref(run_id)}; deleting them would discard its tamper evidence"
+        )
+    mismatch = compare_checkpoints(data, [cp])
+    if not mismatch:
+        return None
+    return (
+        f"the ledger of run {run_id} does not extend its last checkpoint ({mismatch[0]}): it was "
+        f"truncated or rewritten after it was anchored, so it cannot be resumed. `sil ledger verify "
+        f"{run_id}` shows the details; start a fresh run with `sil run --new`"
+    )
+
+
 def verify_against_checkpoints(
     ledger_path: Path, repo_dir: Path, allowed_signers: Path | None, *, run_id: str | None = None
 ) -> VerifyReport:

@@ -267,3 +267,19 @@ def test_verify_run_ledger(tmp_path: Path, keys, monkeypatch) -> None:
     assert not outside.ok and "checkpoint 1 (seq 2) is unsigned" in outside.errors[-1]
     path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:3]))
     assert not verify_run_ledger(path, root).ok
+
+
+def test_start_conflict_only_when_the_ledger_no_longer_extends_the_last_checkpoint(tmp_path: Path, repo: Path) -> None:
+    path, led = _ledger(tmp_path, 3)
+    assert cpmod.start_conflict(path, None, "r1") is None  # no repository: nothing anchored
+    assert cpmod.start_conflict(path, repo, "r1") is None  # never anchored
+    write_checkpoint(path, repo, None)
+    led.append("verdict", {"i": 3}, run_id="r1")
+    assert cpmod.start_conflict(path, repo, "r1") is None  # grown since: fine to resume
+    assert cpmod.start_conflict(tmp_path / "elsewhere.jsonl", repo, "other") is None
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2]))
+    assert "does not extend its last checkpoint" in cpmod.start_conflict(path, repo, "r1")
+    path.unlink()
+    missing = cpmod.start_conflict(path, repo, "r1")
+    assert "was checkpointed before" in missing and "covers 3 ledger records" in missing

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loop.cli import app
+from loop.errors import ExitCode
 from loop.locks import LOCKED_EXIT_CODE, run_lock
 from tests.conftest import REPO, edit_contract
 from tests.test_train import shrink
@@ -183,3 +184,25 @@ def test_replicate_requires_a_keep(done, in_dir, tmp_path) -> None:
         assert result.exit_code in (0, 2), result.output
         if result.exit_code == 0:
             assert "replication of" in result.output
+
+
+def test_a_deleted_or_truncated_run_is_refused_before_any_audit(tmp_path: Path, in_dir) -> None:
+    """Deleting state/runs/<id> (or cutting its ledger) and running again must not spend audits
+    only to halt at the first checkpoint: the conflict with the run's checkpoints is found first."""
+    root = in_dir(make_workspace(tmp_path))
+    assert invoke("run", "--run-id", "t1").exit_code == 0
+    run_dir = root / "state" / "runs" / "t1"
+    ledger_file = run_dir / "ledger.jsonl"
+    lines = ledger_file.read_bytes().splitlines(keepends=True)
+    ledger_file.write_bytes(b"".join(lines[: len(lines) // 2]))
+    cut = invoke("run", "--run-id", "t1")
+    assert cut.exit_code == ExitCode.REFUSED, cut.output
+    assert "does not extend its last checkpoint" in cut.output and "Nothing was started" in cut.output
+    assert len(ledger_file.read_bytes().splitlines()) == len(lines) // 2  # nothing was appended
+    shutil.rmtree(run_dir)
+    again = invoke("run", "--run-id", "t1")
+    assert again.exit_code == ExitCode.REFUSED, again.output
+    assert "was checkpointed before" in again.output and "sil run --new" in again.output
+    assert not run_dir.exists()  # a refusal leaves no run folder
+    fresh = invoke("run", "--run-id", "t2")
+    assert fresh.exit_code == 0, fresh.output
