@@ -204,5 +204,3 @@ def test_a_deleted_or_truncated_run_is_refused_before_any_audit(tmp_path: Path, 
     assert again.exit_code == ExitCode.REFUSED, again.output
     assert "was checkpointed before" in again.output and "sil run --new" in again.output
     assert not run_dir.exists()  # a refusal leaves no run folder
-    fresh = invoke("run", "--run-id", "t2")
-    assert fresh.exit_code == 0, fresh.output
