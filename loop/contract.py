@@ -86,6 +86,10 @@ class Measurement(_Strict):
     # The seeds the gate champion's final certification runs on: heldout (the measurement's
     # heldout/ seeds, never used by the search), search, or auto (heldout if the measurement has them).
     certify_on: Literal["auto", "heldout", "search"] = "auto"
+    # Common random numbers: both arms of a paired round give the auditor the same sampling
+    # seed, so their noise correlates and the paired difference is quieter (petri only; it helps
+    # only where the auditor's provider honours `seed`; the sim models it as sim.pair_correlation).
+    common_random_numbers: bool = False
 
 
 class Budget(_Strict):
@@ -385,6 +389,8 @@ class Contract(_Strict):
         data = self.model_dump(mode="json")
         if self.executor == Executor():  # contracts written before the executor existed keep their hash
             del data["executor"]
+        if not self.measurement.common_random_numbers:  # and those written before CRN existed
+            del data["measurement"]["common_random_numbers"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @property

@@ -56,6 +56,13 @@ PROVIDER_KEY_ENV = {
     "grok": "XAI_API_KEY",
 }
 ROLES = ("auditor", "target", "judge", "mutator")
+# What the auditor's provider does with the `seed` of measurement.common_random_numbers, as read
+# in the source of the pinned inspect_ai (0.3.285): these providers never send it.
+SEED_DROPPED = ("anthropic", "google", "vertex", "bedrock")
+SEED_OPENAI = (
+    "OpenAI honours seed on a best-effort basis and on the Chat Completions API only: inspect-ai sends "
+    "o-series, codex and gpt-5 models through the Responses API, which drops it (with a warning)"
+)
 
 
 class CheckItem(BaseModel):
@@ -209,6 +216,30 @@ def _executor(c: Contract) -> list[CheckItem]:
     return [CheckItem(name="executor", status="ok", detail=f"ray cluster at {address} answers")]
 
 
+def _crn(c: Contract) -> list[CheckItem]:
+    """measurement.common_random_numbers on: say where it can and cannot act (a warning, never a refusal)."""
+    if not c.measurement.common_random_numbers:
+        return []
+    if c.backend == "sim":
+        why = "has no effect on the sim backend: its arms' noise correlation is sim.pair_correlation"
+        return [CheckItem(name="crn", status="warn", detail=f"measurement.common_random_numbers {why}")]
+    auditor = c.models.auditor.model
+    provider = auditor.split("/", 1)[0]
+    if c.models.auditor.offline:
+        effect = "an offline auditor is deterministic, so the seed is sent and checked but changes nothing"
+    elif provider in SEED_DROPPED:
+        effect = f"inspect-ai's {provider} provider never sends seed, so CRN has no effect on these audits"
+    elif provider == "openai":
+        effect = SEED_OPENAI
+    else:
+        effect = f"inspect-ai passes seed to {provider}; whether {provider} honours it is not checked here"
+    detail = (
+        f"measurement.common_random_numbers seeds the auditor ({auditor}) alike in both arms of a round; "
+        f"it only helps where the auditor's provider honours seed: {effect}"
+    )
+    return [CheckItem(name="crn", status="warn", detail=detail)]
+
+
 def _approval(c: Contract, root: Path) -> list[CheckItem]:
     if c.offline:
         return [CheckItem(name="approval", status="ok", detail="not required: every role is offline")]
@@ -259,6 +290,7 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
         *_providers(c),
         *_executor(c),
         _budget(c, root),
+        *_crn(c),
         *_approval(c, root),
     ]
     return CheckReport(items=items)

@@ -6,12 +6,14 @@ per role, the frozen seed directory of the requested seed set (search `seeds/` o
 caching off, the per-sample token limit and a fresh log directory. Task arguments go in a JSON
 file (`--task-config`), never through `-T` (which splits values on commas). inspect reads the
 first `.env` found from its cwd upward: measure.py puts an empty one in every audit directory.
+With `measurement.common_random_numbers` the auditor of both arms of a paired round gets the
+same `seed` (`crn_seed(pair_key)`); the target and the judge are never seeded.
 
 `read_evidence()` reads the one `.eval` log the audit wrote (never stdout) and trusts it only
-if: the log status is success; task, task arguments, model roles and package versions are the
-intended ones; no sample errored, hit a limit or was served from the response cache; every
-sample has every frozen dimension as a number; the runtime answered and every answer reports
-the same policy hashes; the runtime reported no failure. Anything else raises `GapError` with
+if: the log status is success; task, task arguments, model roles (with the auditor's seed)
+and package versions are the intended ones; no sample errored, hit a limit or was served from
+the response cache; every sample has every frozen dimension as a number; the runtime answered
+and every answer reports the same policy hashes; the runtime reported no failure. Anything else raises `GapError` with
 the reason (and the usage and log path, so a gap is charged and reviewable).
 
     measure.run_audit(req, ctx, PetriBackend())
@@ -20,6 +22,7 @@ the reason (and the usage and log path, so a gap is charged and reviewable).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -50,6 +53,10 @@ RETRIED_ROLES = ("auditor", "judge")
 JUDGE_ATTEMPTS = 3
 JUDGE_PROMPT_TOKENS = 12_000
 PREFLIGHT_AUDITS = 1
+# Common random numbers: only the auditor is seeded. The target's prompts differ between the
+# arms anyway (the policy is in them), and a seeded judge would repeat itself across re-judgings.
+CRN_ROLE = "auditor"
+CRN_SEED_BITS = 31  # a non-negative int every provider's API accepts as a seed
 REPO_ROOT = Path(prepare.__file__).resolve().parent
 
 
@@ -74,8 +81,10 @@ class PetriBackend:
             raise GapError(f"log directory {log_dir} is not empty: every audit needs a fresh one")
         (req.audit_dir / TASK_ARGS_FILE).write_text(json.dumps(task_args(ctx, req.seed_set), indent=2) + "\n")
         cmd = [sys.executable, "-m", "inspect_ai", "eval", TASK, "--task-config", str(req.audit_dir / TASK_ARGS_FILE)]
+        seed = audit_seed(ctx.contract, req.pair_key)
         for role in ROLES:
-            cmd += ["--model-role", f"{role}={json.dumps(role_config(getattr(ctx.contract.models, role)))}"]
+            config = role_config(getattr(ctx.contract.models, role), seed if role == CRN_ROLE else None)
+            cmd += ["--model-role", f"{role}={json.dumps(config)}"]
         cmd += [
             "--token-limit",
             str(params(ctx.contract).sample_token_limit),
@@ -106,7 +115,7 @@ class PetriBackend:
                     f"models {unpriced} were called but no contract role runs them, so none is priced "
                     "(charged at the dearest role's price); the runtime must call only the contract's target model"
                 )
-            check_run(log, ctx, req.seed_set)
+            check_run(log, ctx, req.seed_set, req.pair_key)
             samples = [sample_evidence(s, ctx, path) for s in log.samples or []]
         except GapError as gap:
             raise GapError(str(gap), usage=usage, log_path=str(path)) from None
@@ -155,11 +164,27 @@ def task_args(ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> dict
     }
 
 
-def role_config(role: RoleModel) -> dict[str, Any]:
+def role_config(role: RoleModel, seed: int | None = None) -> dict[str, Any]:
+    """A role's `--model-role` JSON: its model and GenerateConfig fields (inspect-ai parses both)."""
     config: dict[str, Any] = {"model": role.model}
     if role.temperature is not None:
         config["temperature"] = role.temperature
+    if seed is not None:
+        config["seed"] = seed
     return config
+
+
+def crn_seed(pair_key: str) -> int:
+    """The auditor's sampling seed for a paired round: the same for the same key in any process."""
+    digest = hashlib.blake2b(pair_key.encode(), digest_size=8, person=b"sil-crn").digest()
+    return int.from_bytes(digest, "big") >> (64 - CRN_SEED_BITS)
+
+
+def audit_seed(contract: Contract, pair_key: str | None) -> int | None:
+    """The auditor seed an audit must run with: None unless CRN is on and the audit is one arm of a pair."""
+    if not contract.measurement.common_random_numbers or pair_key is None:
+        return None
+    return crn_seed(pair_key)
 
 
 def check_pins() -> None:
@@ -182,8 +207,11 @@ def find_log(log_dir: Path) -> Path:
     return logs[0]
 
 
-def check_run(log: EvalLog, ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> None:
-    """Whole-run checks: status, task, arguments (the requested seed set's folder), roles and package versions."""
+def check_run(
+    log: EvalLog, ctx: MeasureContext, seed_set: prepare.SeedSet = "search", pair_key: str | None = None
+) -> None:
+    """Whole-run checks: status, task, arguments (the requested seed set's folder), roles, the
+    auditor's CRN seed and package versions."""
     if log.status != "success":
         detail = log.error.message.splitlines()[0] if log.error else "no error recorded"
         raise GapError(f"eval status is {log.status!r}, not success: {detail}")
@@ -204,11 +232,25 @@ def check_run(log: EvalLog, ctx: MeasureContext, seed_set: prepare.SeedSet = "se
         wanted = getattr(ctx.contract.models, role).model
         if ran is None or ran.model != wanted:
             raise GapError(f"role {role} ran {ran.model if ran else 'nothing'}, not {wanted}")
+        _check_seed(role, ran.config.seed, audit_seed(ctx.contract, pair_key) if role == CRN_ROLE else None)
     for package in ("inspect_ai", "inspect_petri"):
         if log.eval.packages.get(package) != PINNED[package]:
             raise GapError(
                 f"log was written by {package} {log.eval.packages.get(package)}, not the pinned {PINNED[package]}"
             )
+
+
+def _check_seed(role: str, ran: int | None, intended: int | None) -> None:
+    if ran == intended:
+        return
+    if intended is None:
+        why = "no seed (common_random_numbers is off, or the audit is not one arm of a paired round)"
+    else:
+        why = f"seed {intended} (common_random_numbers: the seed of its paired round)"
+    raise GapError(
+        f"role {role} ran with seed {ran}, but this audit's {role} must run with {why}: "
+        "the log is from another configuration"
+    )
 
 
 def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> SampleEvidence:
