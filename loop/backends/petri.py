@@ -13,8 +13,9 @@ same `seed` (`crn_seed(pair_key)`); the target and the judge are never seeded.
 if: the log status is success; task, task arguments, model roles (with the auditor's seed)
 and package versions are the intended ones; no sample errored, hit a limit or was served from
 the response cache; every sample has every frozen dimension as a number; the runtime answered
-and every answer reports the same policy hashes; the runtime reported no failure. Anything else raises `GapError` with
-the reason (and the usage and log path, so a gap is charged and reviewable).
+and every answer reports the same policy hashes; the runtime reported no failure. Anything
+else raises `GapError` with the reason (and the usage and log path, so a gap is charged and
+reviewable).
 
     measure.run_audit(req, ctx, PetriBackend())
     inspect view --log-dir <audit_dir>/logs          # every audit's transcripts
