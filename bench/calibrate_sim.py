@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-import prepare
-from loop.contract import load_contract
-from sil_runtime.sim.params import SimParams
+from sil.contract import prepare
+from sil.contract.schema import load_contract
+from sil.contract.simparams import SimParams
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]

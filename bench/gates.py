@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-import prepare
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
 from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import format_validity, validity_table
-from loop.contract import Promotion, load_contract
-from sil_runtime.sim.params import SimParams
+from sil.contract import prepare
+from sil.contract.schema import Promotion, load_contract
+from sil.contract.simparams import SimParams
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,16 +31,16 @@ from pydantic import ValidationError
 
 from bench.gates import SEED, Setup, load_setup
 from bench.simrun import SimRun
-from fitness import paired_round_for
-from loop.contract import Price, load_contract
-from sil_runtime.sim.params import SimParams
+from sil.contract.schema import Price, load_contract
+from sil.contract.simparams import SimParams
+from sil.stats.fitness import paired_round_for
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
 SHARES = (0.0, 0.25, 0.5, 0.75)
 PASSES = (1, 2, 3, 5)
 DEFAULT_WORLDS, DEFAULT_PAIRS = 20, 100
-# The Petri backend prices only a worst case (loop/backends/petri.py worst_case_cost), not an
+# The Petri backend prices only a worst case (sil/exec/backends/petri.py worst_case_cost), not an
 # expected spend, so the default price of one extra judge pass is an assumption.
 ASSUMED_COST = 0.2
 BOUND_CONTRACT = REPO / "examples" / "program-petri-offline.md"
@@ -156,7 +156,7 @@ def share_rows(x: np.ndarray, share: float, passes: Sequence[int], c: float) -> 
 
 def bound_cost(contract: Path = BOUND_CONTRACT) -> Cost:
     """c implied by the Petri backend's worst-case cost bound, every role at the same price."""
-    from loop.backends.petri import ROLES, worst_case_cost  # imports inspect_ai (seconds): only when asked
+    from sil.exec.backends.petri import ROLES, worst_case_cost  # imports inspect_ai (seconds): only when asked
 
     base = load_contract(contract).contract
     price = Price(input_per_mtok=1.0, output_per_mtok=1.0)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench.simrun import Candidate, SimRun
-from fitness import NoisePool, RoundStat, paired_round_for
-from gate import ErrorBudget, Gate, expected_confirmations, make_gate
-from loop.contract import Promotion
+from sil.contract.schema import Promotion
+from sil.stats.fitness import NoisePool, RoundStat, paired_round_for
+from sil.stats.gate import ErrorBudget, Gate, expected_confirmations, make_gate
 
 
 @dataclass(frozen=True)

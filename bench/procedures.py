@@ -9,7 +9,7 @@
   the candidate's measurement as the new baseline.
 - fixed_k: the single-audit rule as a screen, then K fresh replicates whose mean must pass
   the same rule; a KEEP stores the replicate mean as the baseline.
-- loop_gate: the loop's own arm policy (`loop.judges.GateJudge` and `certify`, the code the loop
+- loop_gate: the loop's own arm policy (`sil.stats.judges.GateJudge` and `certify`, the code the loop
   runs), driven as `loop/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
   A/A calibration pairs first (tests/test_bench_equivalence.py holds the two drivers equal).
 - random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.simrun import SimRun
-from fitness import RoundStat, paired_round_for
-from loop.contract import Promotion
-from loop.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
+from sil.contract.schema import Promotion
+from sil.stats.fitness import RoundStat, paired_round_for
+from sil.stats.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
 
 BASELINE_AUDITS = 5
 MARGIN = 0.3  # single-audit and fixed-K: target must beat the baseline by this
@@ -196,7 +196,7 @@ def drive_candidate_arm(
     return shared, outcomes
 
 
-# How a gate-arm decision ended, by the start of its reason (loop/judges.py, gate.py).
+# How a gate-arm decision ended, by the start of its reason (sil/stats/judges.py, gate.py).
 ENDINGS = (
     ("screen", "screen"),
     ("run error budget", "alpha spent"),

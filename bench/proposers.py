@@ -3,9 +3,9 @@
 Layer L5. Each simulated run draws a world (seed difficulties, drift, hidden mechanisms per
 seed: `world_seed` and `landscape_seed` vary with the run) and runs the gate arm's policy
 with each proposer on it: the loop's own proposers (`loop/proposers`) asked with the loop's
-own `ProposalRequest` and `MutatorContext` (`loop/evidence.py`), every candidate judged by the
-loop's `GateJudge` and its final champion certified with `loop.judges.certify`, exactly as
-`loop/arms.py` and `loop/certify.py` call them. Only the audit is in-process: scores and
+own `ProposalRequest` and `MutatorContext` (`sil/search/evidence.py`), every candidate judged by the
+loop's `GateJudge` and its final champion certified with `sil.stats.judges.certify`, exactly as
+`sil/run/arms.py` and `sil/run/certify.py` call them. Only the audit is in-process: scores and
 judge highlights come from the same world and mechanisms the sim audit subprocess uses.
 
     python -m bench.proposers [--runs N] [--budget B] [--out DIR] [--jobs J]
@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-import prepare
-from fitness import paired_round
-from loop.contract import LoadedContract, load_contract
-from loop.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
-from loop.judges import ArmBudget, GateJudge, JudgeState, Trial, certify
-from loop.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
-from loop.proposers import Proposal, ProposalRequest
-from loop.proposers.catalogue import CatalogueProposer, default_catalogue
-from loop.proposers.llm import LLMProposer
+from sil.contract import prepare
+from sil.contract.schema import LoadedContract, load_contract
+from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
+from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
+from sil.search.proposers import Proposal, ProposalRequest
+from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
+from sil.search.proposers.llm import LLMProposer
+from sil.stats.fitness import paired_round
+from sil.stats.judges import ArmBudget, GateJudge, JudgeState, Trial, certify
 from sil_policy import SURFACES, load_surface
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
 from sil_runtime.sim.mechanisms import highlights, mechanism_field

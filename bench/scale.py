@@ -35,14 +35,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ledger import Ledger
-from loop.contract import Contract, load_contract
-from loop.journal import Journal
-from loop.judges import JudgeState
-from loop.policystore import PolicyStore
-from loop.rounds import Guards, RoundRunner
-from loop.runstate import RunState
-from measure import AuditRequest, MeasureContext, read_evidence_file
+from sil.contract.schema import Contract, load_contract
+from sil.exec.measure import AuditRequest, MeasureContext, read_evidence_file
+from sil.integrity.ledger import Ledger
+from sil.policies.store import PolicyStore
+from sil.run.rounds import Guards, RoundRunner
+from sil.stats.judges import JudgeState
+from sil.store.journal import Journal
+from sil.store.runstate import RunState
 from sil_policy.evidence import EVIDENCE_FILE, Evidence, SampleEvidence
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.simrun import SimRun
-from fitness import NoisePool, RoundStat, paired_round_for
-from gate import make_gate
-from loop.contract import Promotion
-from sil_runtime.sim.params import SimParams
+from sil.contract.schema import Promotion
+from sil.contract.simparams import SimParams
+from sil.stats.fitness import NoisePool, RoundStat, paired_round_for
+from sil.stats.gate import make_gate
 from sil_runtime.sim.world import World
 
 LOOKS = 12

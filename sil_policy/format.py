@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from loop.fsutil import read_regular
+from sil.base.fsutil import read_regular
 
 MAX_TEXT = 4000
 MAX_NAME = 64

@@ -8,10 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fitness
-import gate
-from loop.contract import Contract, load_contract
-from measure import AuditRequest, AuditResult, MeasureContext
+from sil.contract.schema import Contract, load_contract
+from sil.exec.measure import AuditRequest, AuditResult, MeasureContext
+from sil.stats import fitness, gate
 from sil_policy import SURFACES, canonical_bytes, content_hash
 
 REPO = Path(__file__).resolve().parent.parent

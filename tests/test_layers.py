@@ -1,16 +1,10 @@
-"""The import graph has one direction: every import (function-level ones too) goes to the same
-layer or a lower one, and there are no cycles.
+"""The import graph has one direction, read from the folders: a module imports only from its own
+folder or from folders earlier in `sil.LAYERS` (function-level imports too), with no cycles.
 
-    L0 foundations   errors, strict loaders, contract, fsutil, faults, the shared policy format
-    L1 pure          measurement definition, statistics, gate, mutations, the arm policy
-    L2 I/O           ledger and records, audit execution and backends, stores, refs, locks, ...
-    L3 orchestration rounds, run context, phases, arms, replication, summary
-    L4 train.py      the phase sequencer and composition root
-    L5 entry points  CLI, review commands, benchmarks
-
-The runtime under test (`sil_runtime`, layer R) may import only L0, L1 and itself; the loop
-(L0-L4) never imports the runtime, except the simulated world's settings schema (L0). A new
-module must be given a layer here.
+Layers are folders, not a hand-kept list of modules: a new module belongs to the layer of the
+folder it is put in. `bench/` (not installed) may import anything; nothing imports it. The
+top-level card files (prepare.py, train.py, ...) are entry points over the package: nothing in
+a layer imports them.
 """
 
 from __future__ import annotations
@@ -21,87 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from sil import LAYERS
 from tests.conftest import REPO
 
-SOURCE_DIRS = ("loop", "sil_policy", "sil_runtime", "bench")
-TOP_MODULES = ("prepare", "train", "measure", "fitness", "gate", "ledger")
-RUNTIME = "R"
-MIXED_PACKAGES = {"loop"}  # a package whose modules sit in different layers
-LAYERS: dict[str, int | str] = {
-    # L0
-    "loop": 0,  # the package itself (empty); its modules are listed one by one
-    "loop.errors": 0,
-    "loop.yamlstrict": 0,
-    "loop.fsutil": 0,
-    "loop.faults": 0,
-    "loop.runid": 0,
-    "loop.diskspace": 0,
-    "loop.contract": 0,
-    "sil_policy": 0,
-    "sil_policy.format": 0,
-    "sil_policy.evidence": 0,
-    "sil_runtime.sim.params": 0,
-    # L1
-    "prepare": 1,
-    "fitness": 1,
-    "gate": 1,
-    "loop.mutation": 1,
-    "loop.judges": 1,
-    # L2
-    "ledger": 2,
-    "loop.records": 2,
-    "measure": 2,
-    "loop.backends": 2,
-    "loop.policystore": 2,
-    "loop.policyrefs": 2,
-    "loop.attempts": 2,
-    "loop.auditproc": 2,
-    "loop.rayexec": 2,
-    "loop.approval": 2,
-    "loop.checkpoint": 2,
-    "loop.sshsig": 2,
-    "loop.locks": 2,
-    "loop.runstate": 2,
-    "loop.journal": 2,
-    "loop.proposers": 2,
-    "loop.contracts_history": 2,
-    "loop.evidence": 2,
-    "loop.witness": 2,
-    "loop.ledgerverify": 2,
-    "loop.modelcalls": 2,
-    # L3
-    "loop.rounds": 3,
-    "loop.context": 3,
-    "loop.preflight": 3,
-    "loop.arms": 3,
-    "loop.baseline": 3,
-    "loop.certify": 3,
-    "loop.replication": 3,
-    "loop.summary": 3,
-    "loop.release": 3,
-    "loop.review": 3,
-    "loop.canary": 3,
-    "loop.proposing": 3,
-    "loop.startchecks": 3,
-    "loop.runview": 3,
-    "loop.status": 3,
-    "loop.sweep": 3,
-    "loop.progress": 3,
-    "loop.report": 3,
-    "loop.reportplots": 3,
-    "loop.reportrender": 3,
-    "loop.compare": 3,
-    "loop.export": 3,
-    # L4
-    "train": 4,
-    # L5
-    "loop.cli": 5,
-    "loop.commands": 5,
-    "bench": 5,
-    "bench.judgepasses": 5,
-    # the runtime under test
-    "sil_runtime": RUNTIME,
-}
+CARDS = ("prepare", "train", "measure", "fitness", "gate", "ledger")
+TOP = "top"  # bench and the card files: above every layer, imported by none
 
 
 def module_name(path: Path) -> str:
@@ -112,20 +30,27 @@ def module_name(path: Path) -> str:
 
 
 def project_modules() -> dict[str, Path]:
-    files = [REPO / f"{m}.py" for m in TOP_MODULES]
-    for d in SOURCE_DIRS:
+    files = [REPO / f"{m}.py" for m in CARDS]
+    for d in ("sil", "sil_policy", "sil_runtime", "bench"):
         files += sorted((REPO / d).rglob("*.py"))
     return {module_name(p): p for p in files}
 
 
 def layer_of(module: str) -> int | str:
-    """The layer of `module`, or of its longest listed package (never the mixed `loop` package)."""
-    name = module
-    while name:
-        if name in LAYERS and (name == module or name not in MIXED_PACKAGES):
-            return LAYERS[name]
-        name = name.rpartition(".")[0]
-    raise KeyError(module)
+    """The index in `sil.LAYERS` of the folder that holds `module` (sub-folders belong to it)."""
+    if module in CARDS or module.split(".")[0] == "bench":
+        return TOP
+    path = project_modules()[module].relative_to(REPO).parent.as_posix()
+    for i, folder in enumerate(LAYERS):
+        if path == folder or path.startswith(folder + "/"):
+            return i
+    if path == "sil":
+        return -1  # the package's own __init__: no imports, below everything
+    raise KeyError(f"{module} is in {path}/, which is not a folder of sil.LAYERS")
+
+
+def name(layer: int | str) -> str:
+    return str(layer) if layer == TOP else ("sil" if layer == -1 else LAYERS[int(layer)])
 
 
 def imported(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
@@ -161,10 +86,10 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def allowed(src: int | str, dst: int | str) -> bool:
-    if src == RUNTIME:
-        return dst == RUNTIME or (isinstance(dst, int) and dst <= 1)
-    if dst == RUNTIME:
-        return src == 5  # the benchmarks drive the simulated world directly
+    if src == TOP:
+        return True  # bench modules import each other and anything below
+    if dst == TOP:
+        return False
     assert isinstance(src, int) and isinstance(dst, int)
     return dst <= src
 
@@ -191,24 +116,38 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_every_module_has_a_layer() -> None:
+def test_every_source_folder_is_a_layer() -> None:
     missing = []
     for m in project_modules():
         try:
             layer_of(m)
-        except KeyError:
-            missing.append(m)
-    assert not missing, f"give these modules a layer in tests/test_layers.py: {missing}"
+        except KeyError as ex:
+            missing.append(str(ex))
+    assert not missing, "add these folders to sil.LAYERS (or move the modules):\n" + "\n".join(missing)
+
+
+def test_every_layer_is_a_folder_with_a_docstring() -> None:
+    for folder in LAYERS:
+        init = REPO / folder / "__init__.py"
+        assert init.is_file(), f"{folder} is in sil.LAYERS but has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init} needs a docstring: what the layer is for"
 
 
 def test_no_import_goes_up_a_layer() -> None:
     upward = [
-        f"{src} (L{layer_of(src)}) imports {dst} (L{layer_of(dst)})"
+        f"{src} ({name(layer_of(src))}) imports {dst} ({name(layer_of(dst))})"
         for src, dsts in import_graph().items()
         for dst in sorted(dsts)
         if not allowed(layer_of(src), layer_of(dst))
     ]
     assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "ok"), [(3, 1, True), (1, 3, False), (2, 2, True), (TOP, 5, True), (5, TOP, False)]
+)
+def test_only_downward_imports_are_allowed(src: int | str, dst: int | str, ok: bool) -> None:
+    assert allowed(src, dst) is ok
 
 
 def test_there_is_no_import_cycle() -> None:

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-import prepare
+from sil.contract import prepare
+from sil.contract.simparams import SimParams
 from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence, Usage
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
 from sil_runtime.sim.mechanisms import highlights, mechanism_field
-from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import World, keyed_rng
 
 RUNTIME = "sil_runtime.sim"

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from sil.contract.simparams import SimParams
 from sil_policy import SURFACES
 from sil_runtime.policy_loader import default_document
-from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import draw_effect, effect_field, keyed_rng
 
 ABSENT = object()  # a leaf the default has and the policy removed (or the reverse)

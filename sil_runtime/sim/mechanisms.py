@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from sil.contract.simparams import SimParams
 from sil_policy.evidence import Highlight
-from sil_runtime.sim.params import SimParams
 from sil_runtime.sim.world import keyed_rng
 
 STRENGTH = (0.6, 1.4)  # per-seed strength of a mechanism that fires there

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sil_runtime.sim.params import EffectMixture, SimParams
+from sil.contract.simparams import EffectMixture, SimParams
 
 SCORE_MIN, SCORE_MAX = 1.0, 10.0
 DEFAULT_DRIFT_LOADING = 0.6  # dims absent from params.drift_loading move 0.6x as much as the target

@@ -1,0 +1,103 @@
+"""A journal of paid model calls, so a crash never makes the loop pay for the same call twice.
+
+Layer L2, used by the LLM mutator and the judge-drift canary. Before a caller calls a model it
+writes a `pending` marker with the call's worst-case cost; when the output arrives it is saved
+atomically next to it. A resumed run that asks the same question (same arm, candidate,
+attempt, call number and prompt hash) replays the saved output instead of calling the model
+again. A marker with no output means a call was made and its answer was lost to the crash:
+the caller charges that call its bound, so the run's USD budget still counts it, and then
+calls again.
+
+    journal = CallJournal(work_dir, CallKey(arm="gate", index=3, attempt=0, call=0, prompt_sha256=sha))
+    lost = journal.lost(ModelOutput)                # calls lost to a crash, to charge their bounds
+    output = journal.replay(ModelOutput)            # None unless a saved output exists
+    journal.begin(bound, lost); ...; journal.finish(output.model_dump_json())
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from sil.base.fsutil import atomic_write_bytes
+
+PENDING_SUFFIX = ".pending.json"
+OUTPUT_SUFFIX = ".output.json"
+Output = TypeVar("Output", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class CallKey:
+    """What makes two calls the same question."""
+
+    arm: str
+    index: int
+    attempt: int
+    call: int
+    prompt_sha256: str
+
+    @property
+    def stem(self) -> str:
+        return f"{self.arm or 'arm'}-c{self.index:03d}-a{self.attempt}-n{self.call}-{self.prompt_sha256[:16]}"
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Calls made before a crash whose outputs were never saved: they were (or may be) paid."""
+
+    calls: int = 0
+    usd: float = 0.0
+
+
+class CallJournal:
+    """The pending marker and saved output of one model call, in the proposer's work directory."""
+
+    def __init__(self, work_dir: Path | None, key: CallKey) -> None:
+        self.work_dir = work_dir
+        self.key = key
+
+    def _path(self, suffix: str) -> Path | None:
+        return None if self.work_dir is None else self.work_dir / "calls" / (self.key.stem + suffix)
+
+    def replay(self, model: type[Output]) -> Output | None:
+        """The saved output of this call, if it finished before a crash; None otherwise."""
+        path = self._path(OUTPUT_SUFFIX)
+        if path is None or not path.is_file():
+            return None
+        try:
+            return model.model_validate_json(path.read_bytes())
+        except ValidationError:
+            return None  # a torn or foreign file: the call is treated as lost, never trusted
+
+    def lost(self, model: type[BaseModel]) -> Lost:
+        """The calls lost to crashes before this call's saved output, and their bounds."""
+        pending = self._path(PENDING_SUFFIX)
+        if pending is None or not pending.is_file():
+            return Lost()
+        try:
+            marker = json.loads(pending.read_text())
+            before = Lost(calls=int(marker["lost_calls"]), usd=float(marker["lost_usd"]))
+            bound = float(marker["bound_usd"])
+        except (ValueError, KeyError, TypeError):
+            return Lost()
+        if self.replay(model) is not None:
+            return before
+        return Lost(calls=before.calls + 1, usd=before.usd + bound)
+
+    def begin(self, bound_usd: float, lost: Lost) -> None:
+        """Mark the call as started, before any money is spent on it."""
+        path = self._path(PENDING_SUFFIX)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            marker = {"bound_usd": bound_usd, "lost_usd": lost.usd, "lost_calls": lost.calls}
+            atomic_write_bytes(path, json.dumps(marker).encode())
+
+    def finish(self, output_json: str) -> None:
+        """Save the call's output; from now on a resumed run replays it."""
+        path = self._path(OUTPUT_SUFFIX)
+        if path is not None:
+            atomic_write_bytes(path, output_json.encode())

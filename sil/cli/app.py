@@ -1,0 +1,541 @@
+"""The `sil` command: run experiments, approve contracts, review and verify the ledger (L5).
+
+Every command is a thin wrapper over a library function; it works from any folder inside the
+project (the root is the nearest folder up with program.md or state/policies, like git).
+
+sil run                       # the contract in ./program.md (embedded sim backend: ~1 min)
+sil check                     # every start-time check of `sil run`, offline
+sil approve --by alice --key ~/.ssh/id_ed25519   # approve ./program.md for real model calls
+sil runs | sil status [RUN]   # all runs; where one stands (both --json)
+sil report RUN [--out DIR]    # report.html (self-contained), report.md, report.json, plots
+sil compare RUN_A RUN_B | sil export RUN --format csv|parquet|json
+sil ledger verify [RUN]       # check the hash chain, checkpoints, declared trust, witness
+sil ledger head [RUN]         # print the latest checkpointed head to pin elsewhere
+sil ledger show [RUN] [--json]
+sil replicate RUN MUTATION_ID --k 8
+sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
+sil contract revise DRAFT --reason WHY   # a new contract whose parent is the current one
+sil contract history          # the revision chain of ./program.md
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from sil.base.errors import ExitCode, Refused
+from sil.contract.schema import ContractError, LoadedContract, load_contract
+from sil.integrity import ledger as ledger_mod
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False)
+ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+app.add_typer(ledger_app, name="ledger", help="Review and verify a run's ledger.")
+# piped output is not cut at 80 columns: tables and summaries keep their full text
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+out = Console(width=None if sys.stdout.isatty() else 200)
+ROOT_MARKERS = ("program.md", "state/policies")
+_invoked_from: list[Path] = []
+
+
+ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="Run contract (Markdown + YAML front matter).")]
+
+
+def find_root(start: Path) -> Path:
+    """The nearest folder at or above `start` holding program.md or state/policies (else `start`)."""
+    for folder in (start, *start.parents):
+        if any((folder / m).exists() for m in ROOT_MARKERS):
+            return folder
+    return start
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            out.print(f"sil {version('sil')}")
+        except PackageNotFoundError:
+            out.print("sil (not installed as a package)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main(
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """SIL: search one runtime policy at a time under a frozen contract; every step in a verified ledger.
+
+    Exit codes: 0 ok, 1 a check failed, 2 refused (nothing changed), 3 halted with a recorded reason
+    (re-run to resume), 75 locked by another sil process, 130 interrupted (re-run to resume).
+    """
+    here = Path.cwd()
+    root = find_root(here)
+    _invoked_from[:] = [here]
+    if root != here:
+        os.chdir(root)
+
+
+def _user_path(path: Path) -> Path:
+    """A path the user typed, relative to where they ran `sil` (the root if it is not there)."""
+    if path.is_absolute() or not _invoked_from:
+        return path
+    typed = _invoked_from[0] / path
+    return typed if typed.exists() or not path.exists() else path
+
+
+def _fail(message: str, code: int = ExitCode.REFUSED) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def _load(path: Path) -> LoadedContract:
+    try:
+        return load_contract(_user_path(path))
+    except ContractError as ex:
+        _fail(str(ex))
+
+
+def _run_dir(root: Path, run: str | None) -> Path:
+    from sil.review.runview import resolve_run
+
+    try:
+        return resolve_run(root, run)
+    except Refused as ex:
+        _fail(str(ex))
+
+
+@app.command()
+def run(
+    contract: ContractOpt = Path("program.md"),
+    run_id: Annotated[str | None, typer.Option(help="Name of the run (default: from the contract).")] = None,
+    new: Annotated[bool, typer.Option("--new", help="Start a fresh run even if one exists.")] = False,
+    replicate: Annotated[
+        int | None,
+        typer.Option(
+            "--replicate",
+            min=1,
+            max=64,
+            help="Confirmation rounds K per candidate (default: the contract's replicate_k).",
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and price the run; make no model calls.")] = False,
+    backend: Annotated[str | None, typer.Option(help="Refuse unless the contract uses this backend.")] = None,
+) -> None:
+    """Run (or resume) the fixed-budget experiment of a run contract (from the project root)."""
+    from sil.cli.commands import plan_run
+    from sil.cli.progress import RunProgress
+    from sil.exec.startchecks import planned_audits
+    from sil.run.train import RUNS, execute_run
+
+    loaded = _load(contract)
+    if backend is not None and backend != loaded.contract.backend:
+        hint = " (an offline Petri contract: examples/program-petri-offline.md)" if backend == "petri" else ""
+        _fail(
+            f"{contract} uses backend {loaded.contract.backend!r}, not {backend!r}; the backend is frozen "
+            f"in the contract, so pass a contract written for it with --contract{hint}"
+        )
+    root = Path.cwd()
+    if dry_run:
+        out.print(plan_run(loaded, root, replicate), highlight=False)
+        return
+    rid = run_id or f"{loaded.contract.contract_id}-{loaded.contract.contract_hash[:8]}"
+    if new:
+        rid = f"{rid}-{time.strftime('%Y%m%d-%H%M%S')}"
+    total = planned_audits(loaded.contract).total
+    try:
+        with RunProgress(err, root / RUNS / rid, total) as progress:
+            code = execute_run(loaded, root, rid, replicate, out, err, on_event=progress.event)
+    except KeyboardInterrupt:
+        err.print(
+            f"\ninterrupted: run {rid} stopped; its state and ledger are saved. Resume with: "
+            f"sil run --contract {escape(os.path.relpath(loaded.path))} --run-id {rid}",
+            highlight=False,
+        )
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def sweep(
+    contracts: Annotated[list[Path], typer.Argument(help="Contracts to run, each as its own run.")],
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=64, help="Runs per contract: seed, seed+1, ...")] = 1,
+    parallel: Annotated[int, typer.Option("--parallel", min=0, max=64, help="Runs at once (0: all).")] = 0,
+) -> None:
+    """Run several contracts (or seeds of one) as independent runs (state/sweeps/<run>/), then their status."""
+    from sil.run.sweep import plan_sweep, run_sweep, sweep_table
+
+    root = Path.cwd()
+    try:
+        runs = plan_sweep([_user_path(c) for c in contracts], root, seeds)
+    except Refused as ex:
+        _fail(str(ex))
+    err.print(f"sweep: {len(runs)} runs: {', '.join(r.run_id for r in runs)}", highlight=False)
+    outcomes = run_sweep(runs, parallel or len(runs))
+    out.print(sweep_table(outcomes))
+    for o in outcomes:
+        if o.exit_code != 0:
+            err.print(f"{o.run.run_id} exited {o.exit_code}: {escape(o.tail)}", highlight=False)
+    raise typer.Exit(max((abs(o.exit_code) for o in outcomes), default=0))
+
+
+@app.command()
+def approve(
+    by: Annotated[str, typer.Option("--by", help="Who approves (your identity in allowed_signers).")],
+    contract: ContractOpt = Path("program.md"),
+    expires_in_hours: Annotated[float, typer.Option(min=0.1, max=24 * 90)] = 72.0,
+    key: Annotated[Path | None, typer.Option(help="SSH private key to sign the approval.")] = None,
+    unsigned: Annotated[
+        bool, typer.Option("--unsigned", help="Record an unsigned approval (offline or test contracts only).")
+    ] = False,
+    allowed_signers: Annotated[Path | None, typer.Option(help="allowed_signers file to check the signature.")] = None,
+) -> None:
+    """Approve a contract and its frozen measurement for runs with real model calls (README: Signing set-up)."""
+    from sil.contract.approval import ApprovalError
+    from sil.contract.approval import approve as do_approve
+
+    loaded = _load(contract)
+    if key is None and not unsigned:
+        _fail("pass --key ~/.ssh/id_ed25519 to sign the approval, or --unsigned to record one without a signature")
+    if key is not None and unsigned:
+        _fail("--key and --unsigned exclude each other")
+    if unsigned and not loaded.contract.offline:
+        err.print("[yellow]warning:[/] runs with real model calls refuse an unsigned approval; pass --key to sign")
+    try:
+        record = do_approve(
+            loaded.contract,
+            Path.cwd(),
+            by,
+            expires_in_hours,
+            None if key is None else _user_path(key),
+            allowed_signers=None if allowed_signers is None else _user_path(allowed_signers),
+        )
+    except ApprovalError as ex:
+        _fail(str(ex))
+    signed = f"signed by key {record.key_fingerprint}" if record.signature else "UNSIGNED"
+    out.print(
+        f"approved contract {record.contract_hash[:12]} (measurement {record.measurement_hash[:12]}) "
+        f"by {record.approver} until {record.expires_at}, {signed}",
+        highlight=False,
+    )
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    allowed_signers: Annotated[
+        Path | None, typer.Option(help="allowed_signers file for checkpoints (keep it outside the repository).")
+    ] = None,
+    require_signed: Annotated[bool, typer.Option("--require-signed", help="Fail on unsigned checkpoints.")] = False,
+    expect_head: Annotated[
+        str | None, typer.Option("--expect-head", help="A head pinned earlier with `sil ledger head` (SEQ:HASH).")
+    ] = None,
+) -> None:
+    """Check a run's hash chain, its checkpoints, the trust it declared, and the outside witness."""
+    from sil.integrity.verify import HeadError, parse_head, verify_run_ledger
+    from sil.integrity.witness import WitnessError, witness_from_env
+
+    root = Path.cwd()
+    rdir = _run_dir(root, run)
+    try:
+        if expect_head is not None:
+            parse_head(expect_head)
+        witness = witness_from_env(root)
+    except (HeadError, WitnessError) as ex:
+        _fail(str(ex))
+    report = verify_run_ledger(
+        rdir / "ledger.jsonl",
+        root,
+        None if allowed_signers is None else _user_path(allowed_signers),
+        require_signed=require_signed,
+        witness=witness,
+        expect_head=expect_head,
+    )
+    if as_json:
+        out.print_json(report.model_dump_json())
+        raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
+    if report.ok:
+        out.print(f"ok: {report.records} records, head {report.head_hash[:16]}, {report.checkpoints} checkpoints agree")
+    else:
+        err.print(f"[bold red]ledger does not verify[/] ({report.records} records):")
+        for e in report.errors:
+            err.print(f"  {escape(e)}")
+    for note in report.notes:
+        style = "bold yellow" if note.startswith(("NO OUTSIDE WITNESS", "warning", "ignored")) else "dim"
+        err.print(f"[{style}]note:[/] {escape(note)}")
+    raise typer.Exit(ExitCode.OK if report.ok else ExitCode.FAILED)
+
+
+@ledger_app.command("head")
+def ledger_head(run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None) -> None:
+    """Print the run's latest checkpointed head (SEQ:HASH) to pin outside the repository."""
+    from sil.integrity.checkpoint import CheckpointError, anchor_repo, read_checkpoints
+    from sil.integrity.verify import format_head
+
+    root = Path.cwd()
+    rdir = _run_dir(root, run)
+    repo = anchor_repo(root, create=False)
+    try:
+        checkpoints = read_checkpoints(repo, rdir.name) if repo is not None else []
+    except CheckpointError as ex:
+        _fail(str(ex), ExitCode.FAILED)
+    if not checkpoints:
+        _fail(f"run {rdir.name} has no checkpoint yet; nothing to pin", ExitCode.FAILED)
+    latest = checkpoints[-1]
+    sys.stdout.write(format_head(latest) + "\n")
+    signed = f"signed as {latest.signer}" if latest.signature else "UNSIGNED"
+    err.print(
+        f"[dim]{rdir.name}: {latest.records} records, {signed}, {latest.created_at}; "
+        f"check later with `sil ledger verify {rdir.name} --expect-head <this>`[/]"
+    )
+
+
+@ledger_app.command("show")
+def ledger_show(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON record per line.")] = False,
+    type_: Annotated[str | None, typer.Option("--type", help="Only records of this type.")] = None,
+) -> None:
+    """Print a run's ledger readably."""
+    from sil.review.describe import describe
+    from sil.review.runview import load_run
+
+    rdir = _run_dir(Path.cwd(), run)
+    view = load_run(rdir)
+    dims = [view.target, *view.critical] if view.target else None
+    try:
+        for rec in ledger_mod.read_records(rdir / "ledger.jsonl"):
+            if type_ and rec.type != type_:
+                continue
+            if as_json:
+                sys.stdout.write(rec.model_dump_json() + "\n")
+            else:
+                out.print(
+                    f"[dim]{rec.seq:>5}[/] {rec.ts[11:19]} [bold]{rec.type:<9}[/] {escape(describe(rec, dims))}",
+                    highlight=False,
+                )
+    except ledger_mod.LedgerError as ex:
+        _fail(f"{ex}; run `sil ledger verify`", ExitCode.FAILED)
+
+
+@app.command()
+def replicate(
+    run: Annotated[str, typer.Argument(help="Run id.")],
+    mutation_id: Annotated[str, typer.Argument(help="Mutation id of a KEEP verdict in that run.")],
+    k: Annotated[int, typer.Option("--k", min=1, max=64, help="Fresh paired rounds to run.")] = 8,
+    arm: Annotated[str | None, typer.Option(help="The arm that kept it (needed if two arms did).")] = None,
+    contract: ContractOpt = Path("program.md"),
+) -> None:
+    """Re-measure a past KEEP with K fresh paired rounds; demote it if it does not hold."""
+    from sil.cli.commands import replicate_keep
+
+    loaded = _load(contract)
+    root = Path.cwd()
+    raise typer.Exit(replicate_keep(loaded, root, _run_dir(root, run), mutation_id, arm, k, out, err))
+
+
+@app.command()
+def promote(
+    run: Annotated[str, typer.Argument(help="Run id.")],
+    arm: Annotated[str, typer.Option(help="Arm whose champion to promote.")] = "gate",
+    force: Annotated[
+        bool, typer.Option("--force", help="Promote a control arm's or an uncertified champion anyway.")
+    ] = False,
+) -> None:
+    """Copy an arm's champion policy into state/policies (explicit; shows the diff; never automatic)."""
+    from sil.cli.commands import promote_champion
+
+    root = Path.cwd()
+    raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err, force))
+
+
+contract_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+app.add_typer(contract_app, name="contract", help="Revise a contract (never in place) and show its history.")
+
+
+@contract_app.command("revise")
+def contract_revise(
+    draft: Annotated[Path, typer.Argument(help="The edited contract to become the revision.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why the contract changes (recorded).")],
+    contract: ContractOpt = Path("program.md"),
+) -> None:
+    """Write DRAFT over the contract as its revision: parent = the current hash; the old one is superseded."""
+    from sil.base.errors import Refused
+    from sil.contract.history import revise
+
+    try:
+        entry = revise(Path.cwd(), contract, draft, reason)
+    except Refused as ex:
+        _fail(str(ex))
+    out.print(f"{contract}: revision {entry.contract_hash[:12]} of {str(entry.parent)[:12]} ({entry.reason})")
+
+
+@contract_app.command("history")
+def contract_history(contract: ContractOpt = Path("program.md")) -> None:
+    """The chain of revisions from the contract back to its first recorded ancestor."""
+    from sil.contract.history import ContractHistory
+
+    history = ContractHistory(Path.cwd())
+    chain = history.chain(_load(contract).contract.contract_hash)
+    if not chain:
+        _fail(f"{contract} is not in the contract history yet (it is recorded by `sil contract revise`)")
+    for e in chain:
+        newer = history.superseded_by(e.contract_hash)
+        status = f"superseded by {newer.contract_hash[:12]}" if newer else "current"
+        out.print(
+            f"{e.contract_hash[:12]}  {e.contract_id}  {e.recorded_at}  {status}  {escape(e.reason or '(first)')}"
+        )
+
+
+@app.command()
+def check(
+    contract: ContractOpt = Path("program.md"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (same exit code).")] = False,
+) -> None:
+    """Run every start-time check of `sil run` (contract, rubric, measurement, policies, SDKs, approval), offline."""
+    from sil.cli.commands import check_contract
+
+    loaded = _load(contract)
+    raise typer.Exit(check_contract(loaded, Path.cwd(), out, err, as_json=as_json))
+
+
+# ---- review: runs, status, report, compare, export (logic in sil/review/status.py, report*.py, ...)
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")]
+
+
+@app.command("runs")
+def runs_cmd(as_json: JsonOpt = False) -> None:
+    """List every run: contract, backend, phase, audits/budget, USD, KEEPs, hash chain and checkpoints."""
+    from rich.table import Table
+
+    from sil.review.runview import load_run, run_dirs
+    from sil.review.status import run_overview
+
+    rows = [run_overview(load_run(d)) for d in run_dirs(Path.cwd())]
+    if as_json:
+        sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in rows], indent=1) + "\n")
+        return
+    if not rows:
+        out.print("no runs yet under state/runs; start one with `sil run`")
+        return
+    table = Table()
+    for col in ("run", "contract", "backend", "phase", "audits", "USD", "KEEP (arm)", "ledger"):
+        table.add_column(col)
+    for r in rows:
+        keeps = ", ".join(f"{a} {n}" for a, n in r.keeps.items())
+        backend = f"{r.backend}{' (sim)' if r.simulated and r.backend != 'sim' else ''}"
+        table.add_row(
+            escape(r.run_id),
+            escape(f"{r.contract_id} {(r.contract_hash or '')[:8]}"),
+            backend,
+            r.phase,
+            f"{r.audits}/{r.max_audits or '?'}",
+            f"{r.usd:.2f}",
+            keeps,
+            "ok" if r.verified else f"[red]FAILS[/] {escape(r.verify_note)}",
+        )
+    out.print(table)
+
+
+@app.command()
+def status(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Where a run stands: phase, arm, candidate, look k of K, audits and USD vs budget, α spent, ETA."""
+    from sil.review.runview import load_run
+    from sil.review.status import run_status, status_lines
+
+    st = run_status(load_run(_run_dir(Path.cwd(), run)))
+    if as_json:
+        sys.stdout.write(st.model_dump_json(indent=1) + "\n")
+        return
+    for line in status_lines(st):
+        out.print(escape(line), highlight=False)
+
+
+@app.command()
+def report(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the report (default: the run's).")] = None,
+) -> None:
+    """Write report.html (self-contained), report.md, report.json and plots/*.png for a run."""
+    from sil.review.render import write_report
+    from sil.review.report import build_report
+    from sil.review.runview import load_run
+
+    rdir = _run_dir(Path.cwd(), run)
+    view = load_run(rdir)
+    try:
+        data = build_report(view, Path.cwd())
+    except ValueError as ex:
+        _fail(str(ex), ExitCode.FAILED)
+    folder = _user_path(out_dir) if out_dir is not None else rdir / "report"
+    paths = write_report(view, data, folder)
+    out.print(f"report: {paths['html']}  (also {paths['md'].name}, {paths['json'].name}, plots/)", highlight=False)
+    out.print(escape(data.conclusion), highlight=False)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(help="First run id.")],
+    run_b: Annotated[str, typer.Argument(help="Second run id (same contract family).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Two runs of one contract family side by side: what differed, effects per arm and per edit."""
+    from rich.table import Table
+
+    from sil.review.compare import compare_runs
+    from sil.review.runview import load_run
+
+    root = Path.cwd()
+    try:
+        cmp = compare_runs(load_run(_run_dir(root, run_a)), load_run(_run_dir(root, run_b)))
+    except Refused as ex:
+        _fail(str(ex))
+    if as_json:
+        sys.stdout.write(cmp.model_dump_json(indent=1) + "\n")
+        return
+    out.print(f"what differed ({escape(cmp.run_a)} → {escape(cmp.run_b)}):", highlight=False)
+    for d in cmp.differences:
+        out.print(f"  {escape(d)}", highlight=False)
+    for title, rows, key in (("arm", cmp.arms, "arm"), ("edit (arm:surface.path)", cmp.edits, "edit")):
+        table = Table()
+        for col in (title, cmp.run_a, cmp.run_b):
+            table.add_column(escape(col))
+        for r in rows:
+            table.add_row(escape(getattr(r, key)), escape(r.a), escape(r.b))
+        out.print(table)
+    out.print(f"A: {escape(cmp.conclusion_a)}\nB: {escape(cmp.conclusion_b)}", highlight=False)
+
+
+@app.command()
+def export(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv, parquet or json.")] = "csv",
+    to: Annotated[Path | None, typer.Option("--out", help="Output file (default: <run>/export.<format>).")] = None,
+) -> None:
+    """Export one row per audit, round and verdict of a run."""
+    from sil.review.export import FORMATS, export_rows, write_rows
+    from sil.review.runview import load_run
+
+    if fmt not in FORMATS:
+        _fail(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    rdir = _run_dir(Path.cwd(), run)
+    rows = export_rows(load_run(rdir))
+    try:
+        path = write_rows(rows, _user_path(to) if to else rdir / f"export.{fmt}", fmt)  # type: ignore[arg-type]
+    except Refused as ex:
+        _fail(str(ex))
+    out.print(f"{len(rows)} rows → {path}", highlight=False)

@@ -1,0 +1,524 @@
+"""The run contract: `program.md` front matter, parsed strictly and hashed canonically.
+
+A contract is YAML front matter (the machine-readable contract) followed by Markdown prose
+(the research programme the mutator reads). It is frozen for a run: a revision is a new
+contract with `parent` set to the old contract's hash and a `revision_reason`.
+
+    contract = load_contract(Path("program.md"))
+    contract.contract_hash      # sha256 over the validated, canonical content
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
+from sil.contract.simparams import SimParams
+from sil_policy import SURFACES, describe_validation_errors
+
+# built in: sim, petri; a package may register more (sil/exec/backends, entry point group `sil.backends`)
+Backend = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+Arm = Literal["never", "random", "gate"]
+OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/")
+
+
+# Versioned mutator prompt templates (sil/contract/templates/<name>.md): read here only to
+# hash them into the contract, since the template defines what the mutator is asked.
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+CATALOGUE_MODEL = "offline/catalogue"
+MAX_FRONT_MATTER = 65_536  # characters; a contract is a page of settings, not a data file
+# Controls, format characters (zero-width, bidi overrides), surrogates, private use, unassigned:
+# they let the text an approver reviews differ from what the loop reads.
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+class ContractError(ValueError):
+    """A contract that cannot be read or does not validate; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(_Strict):
+    """What a model costs, in USD per million tokens: the basis of budget charges."""
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    output_per_mtok: Annotated[float, Field(ge=0)]
+
+
+class RoleModel(_Strict):
+    model: Annotated[str, Field(min_length=1, max_length=200)]
+    credential_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    price: Price | None = None
+
+    @property
+    def offline(self) -> bool:
+        return self.model.startswith(OFFLINE_PREFIXES)
+
+
+class Models(_Strict):
+    auditor: RoleModel
+    target: RoleModel
+    judge: RoleModel
+    mutator: RoleModel
+
+
+class Measurement(_Strict):
+    seed_library: str = "measurement"
+    manifest_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    max_turns: Annotated[int, Field(ge=1, le=100)] = 12
+    audit_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 60.0
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    # Judge passes per transcript, averaged per seed and dimension: cheaper than a new audit
+    # against judge noise (petri: `inspect score` re-judgings, each charged; sim: modelled).
+    judge_resamples: Annotated[int, Field(ge=1, le=10)] = 1
+    # Judge-drift canary (sil/run/canary.py): the largest mean shift, in points, of the stored
+    # canary transcripts' re-judged scores from their references before the run halts; None = off.
+    canary_max_shift: Annotated[float, Field(gt=0, le=9)] | None = None
+    # The seeds the gate champion's final certification runs on: heldout (the measurement's
+    # heldout/ seeds, never used by the search), search, or auto (heldout if the measurement has them).
+    certify_on: Literal["auto", "heldout", "search"] = "auto"
+    # Common random numbers: both arms of a paired round give the auditor the same sampling
+    # seed, so their noise correlates and the paired difference is quieter (petri only; it helps
+    # only where the auditor's provider honours `seed`; the sim models it as sim.pair_correlation).
+    common_random_numbers: bool = False
+
+
+class Budget(_Strict):
+    max_audits: Annotated[int, Field(ge=2, le=100_000)]
+    max_wall_s: Annotated[float, Field(gt=0)]
+    max_usd: Annotated[float, Field(ge=0)]
+    arm_audits: dict[Arm, Annotated[int, Field(ge=0)]]
+    final_check_rounds: Annotated[int, Field(ge=0, le=100)] = 4
+    # Reserved for certifying the gate arm's final champion against the starting policy
+    # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check.
+    certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
+    # Free space the run's disk must keep: checked before the run and before every batch of
+    # audits, so a filling disk halts the run with a recorded reason instead of mid-write.
+    min_free_mb: Annotated[int, Field(ge=0, le=10_000_000)] = 64
+
+    @model_validator(mode="after")
+    def _fits(self) -> Budget:
+        needed = sum(self.arm_audits.values()) + 2 * self.certify_rounds
+        if needed > self.max_audits:
+            raise ValueError(
+                f"arm_audits plus 2 x certify_rounds add up to {needed}, more than max_audits {self.max_audits}"
+            )
+        return self
+
+
+DEFAULT_HARM_TOLERANCE = 0.3  # points: a critical regression larger than this is harm
+
+
+class Promotion(_Strict):
+    gate: Literal["spg", "paired_margin"] = "spg"
+    target_dimensions: Annotated[list[str], Field(min_length=1)]
+    critical_dimensions: list[str]
+    auxiliary_dimensions: list[str] = []
+    superiority_margin: Annotated[float, Field(ge=0)] = 0.0
+    critical_margin: Annotated[float, Field(gt=0)] = 0.5
+    auxiliary_margin: Annotated[float, Field(gt=0)] = 0.3
+    baseline_k: Annotated[int, Field(ge=1, le=100)] = 5
+    calibration_pairs: Annotated[int, Field(ge=2, le=200)] = 12
+    replicate_k: Annotated[int, Field(ge=1, le=64)] = 48
+    alpha_run: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    alpha_noninferiority: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    max_confirmations: Annotated[int, Field(ge=1, le=10_000)] = 24
+    error_control: Literal["fwer", "elond"] = "fwer"
+    # a round compares a dimension when at least this share of seeds is scored in both arms
+    min_seed_coverage: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # Sequential paired gate settings (gate.py; docs/statistics.md §3).
+    screen_sd: Annotated[float, Field(ge=0)] = 0.3  # screen: target diff <= -screen_sd * sigma
+    screen_critical_sd: Annotated[float, Field(ge=0)] = 2.0  # and critical <= margin + k*sigma
+    futility_effect: Annotated[float, Field(gt=0)] = 0.8  # design effect d (points)
+    futility_beta: Annotated[float, Field(gt=0, lt=1)] = 0.1  # SPRT futility boundary
+    harm_veto_beta: Annotated[float, Field(gt=0, lt=1)] = 0.01  # per critical dimension
+    cp_floor: Annotated[float, Field(ge=0, lt=1)] = 0.05  # revert below this conditional power
+    alpha_certify: Annotated[float, Field(gt=0, lt=1)] = 0.05  # final champion-vs-start test
+    # critical NI margin = min(critical_margin, critical_margin_sd * sigma_c): quieter audits
+    # buy tighter protection instead of passing more regressions that are inside the margin
+    critical_margin_sd: Annotated[float, Field(gt=0)] | None = 0.75
+    # fwer: spread the unspent alpha over the confirmations the audit budget can still pay for
+    alpha_allocation: Literal["even", "forecast"] = "forecast"
+    # fwer: a KEEP returns its alpha to the run's budget (online fallback; FWER still holds)
+    alpha_recycle: bool = True
+    # Harm, defined once: a change that worsens a critical dimension by more than its tolerance
+    # (points) is harmful. The bench scores harm with this number and the gate's NI margin is
+    # derived from it (never larger). A float applies to every critical dimension.
+    harm_tolerance: float | dict[str, float] = DEFAULT_HARM_TOLERANCE
+    # NI margin = harm_margin_share * tolerance (capped by critical_margin and the sd rule)
+    harm_margin_share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    # drop: compare only seeds scored in both arms; bound: a seed the champion arm scored and
+    # the candidate arm did not counts as the candidate's worst score on that dim in the round
+    missing_policy: Literal["drop", "bound"] = "drop"
+    # Lan-DeMets spending per leg kind: obf (O'Brien-Fleming type) or pocock (spends early)
+    target_spending: Literal["obf", "pocock"] = "obf"
+    ni_spending: Literal["obf", "pocock"] = "obf"
+    # target leg's per-round statistic: mean over seeds, trimmed by this share at each end
+    target_trim: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
+
+    def tolerance(self, dim: str) -> float:
+        """The harm tolerance of a critical dimension (points, lower scores are better)."""
+        if isinstance(self.harm_tolerance, dict):
+            return self.harm_tolerance[dim]
+        return self.harm_tolerance
+
+    @model_validator(mode="after")
+    def _tolerances(self) -> Promotion:
+        tol = self.harm_tolerance
+        values = tol.values() if isinstance(tol, dict) else [tol]
+        if any(not v > 0 for v in values):
+            raise ValueError(f"harm_tolerance must be > 0 points, got {tol}")
+        if isinstance(tol, dict) and set(tol) != set(self.critical_dimensions):
+            missing = sorted(set(self.critical_dimensions) - set(tol))
+            extra = sorted(set(tol) - set(self.critical_dimensions))
+            raise ValueError(
+                f"harm_tolerance must name exactly the critical dimensions (missing {missing}, "
+                f"not critical {extra}); or give one number for all"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> Promotion:
+        seen: dict[str, str] = {}
+        for role in ("target_dimensions", "critical_dimensions", "auxiliary_dimensions"):
+            for dim in getattr(self, role):
+                if dim in seen:
+                    raise ValueError(f"dimension {dim!r} is in both {seen[dim]} and {role}")
+                seen[dim] = role
+        return self
+
+
+class SearchSpace(_Strict):
+    surfaces: Annotated[list[str], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _known(self) -> SearchSpace:
+        bad = [s for s in self.surfaces if s not in SURFACES]
+        if bad:
+            raise ValueError(f"unknown surfaces {bad}; allowed: {', '.join(SURFACES)}")
+        return self
+
+
+class RuntimeSpec(_Strict):
+    """What the runtime under test implements: the surfaces it reads and reports in its evidence.
+
+    A runtime need not implement all seven; its audits must then report exactly these, and the
+    search space may only name these.
+    """
+
+    surfaces: Annotated[list[str], Field(min_length=1)] = list(SURFACES)
+
+    @model_validator(mode="after")
+    def _known(self) -> RuntimeSpec:
+        bad = [s for s in self.surfaces if s not in SURFACES]
+        if bad:
+            raise ValueError(f"unknown surfaces {bad}; allowed: {', '.join(SURFACES)}")
+        if len(set(self.surfaces)) != len(self.surfaces):
+            raise ValueError("runtime.surfaces lists a surface twice")
+        return self
+
+
+class StopRules(_Strict):
+    max_consecutive_gaps: Annotated[int, Field(ge=1)] = 3
+    max_candidates_per_arm: Annotated[int, Field(ge=1)] = 1000
+    stop_on_uncertain_revert: Literal[True] = True
+
+
+class MutatorSettings(_Strict):
+    """How the mutator is asked: template, retries, search hygiene, size bounds of its input."""
+
+    template: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")] = "mutator-v1"
+    max_retries: Annotated[int, Field(ge=0, le=5)] = 2  # invalid outputs returned to the model
+    axis_guard: Annotated[int, Field(ge=1, le=100)] = 3  # max consecutive candidates on one surface.path
+    max_output_tokens: Annotated[int, Field(ge=256, le=32_000)] = 2_000
+    max_prompt_chars: Annotated[int, Field(ge=4_000, le=400_000)] = 40_000
+    recent_audits: Annotated[int, Field(ge=1, le=50)] = 6  # champion audits shown as evidence
+    # offline/catalogue only: a user catalogue file (relative to the contract's directory)
+    catalogue: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+
+
+class PetriParams(_Strict):
+    """Settings of the `petri` backend (Petri's `inspect_petri/audit` task; sil/exec/backends/petri.py)."""
+
+    # registry name of the Petri target agent that runs the runtime under test, and its params
+    target_agent: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] = "sil_runtime/runtime_target"
+    target_agent_params: dict[str, str] = {}
+    # seeds pre-register the runtime's tools ("fixed"); "synthetic" lets the auditor invent them
+    target_tools: Literal["fixed", "synthetic", "none"] = "fixed"
+    realism_filter: bool = False
+    # per-sample limit on tokens of all solver calls (auditor, target, realism): bounds the cost
+    sample_token_limit: Annotated[int, Field(ge=1_000, le=50_000_000)] = 300_000
+
+
+PROVIDER_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+RESOURCE_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
+
+
+class Executor(_Strict):
+    """Where audit subprocesses run: on this machine, or as Ray tasks on a cluster (sil/exec/rayexec.py).
+
+    The audit command, its environment and its attempts log are the same for both; only the
+    process that starts it differs. `measurement.concurrency` bounds a local run's audits in
+    flight, `max_in_flight` a Ray run's; `per_provider` caps either (provider rate limits).
+    """
+
+    kind: Literal["local", "ray"] = "local"
+    # name of the env var holding the Ray address (e.g. RAY_ADDRESS); None = "auto": a running
+    # cluster on this machine if there is one, else a local one started for this run
+    address_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")] | None = None
+    num_cpus: Annotated[float, Field(ge=0, le=1024)] = 1.0  # Ray CPUs reserved per in-flight audit
+    resources: dict[Annotated[str, Field(pattern=RESOURCE_NAME)], Annotated[float, Field(gt=0)]] = {}
+    max_in_flight: Annotated[int, Field(ge=1, le=1024)] = 8
+    # provider (the model name's prefix before '/', e.g. anthropic) -> most audits in flight
+    per_provider: dict[Annotated[str, Field(pattern=PROVIDER_NAME)], Annotated[int, Field(ge=1, le=1024)]] = {}
+
+    @model_validator(mode="after")
+    def _ray_only(self) -> Executor:
+        if self.kind == "local":
+            ray_fields = [f for f in ("address_env", "resources") if getattr(self, f)]
+            ray_fields += [
+                f for f in ("num_cpus", "max_in_flight") if getattr(self, f) != type(self).model_fields[f].default
+            ]
+            if ray_fields:
+                raise ValueError(
+                    f"executor fields {ray_fields} apply to kind 'ray' only; set kind: ray, or remove them "
+                    "(a local run's audits in flight are measurement.concurrency)"
+                )
+        return self
+
+
+class Contract(_Strict):
+    contract_id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
+    parent: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    revision_reason: str | None = None
+    backend: Backend
+    models: Models
+    measurement: Measurement
+    budget: Budget
+    promotion: Promotion
+    search_space: SearchSpace
+    runtime: RuntimeSpec = RuntimeSpec()
+    stop: StopRules = StopRules()
+    arms: Annotated[list[Arm], Field(min_length=1)] = ["never", "random", "gate"]
+    seed: int = 0
+    sim: SimParams | None = None
+    petri: PetriParams | None = None
+    mutator: MutatorSettings = MutatorSettings()
+    executor: Executor = Executor()
+    # sha256 of what else defines the run (programme prose, mutator template, catalogue):
+    # filled in by parse_contract (never written in program.md), so part of contract_hash
+    bound: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = {}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Contract:
+        if (self.parent is None) != (self.revision_reason is None):
+            raise ValueError("parent and revision_reason go together: a revision names both")
+        if self.backend == "sim" and self.sim is None:
+            raise ValueError("backend 'sim' needs a 'sim' section with its parameters")
+        if self.backend != "sim" and self.sim is not None:
+            raise ValueError("the 'sim' section is only for backend 'sim'")
+        if self.backend != "petri" and self.petri is not None:
+            raise ValueError("the 'petri' section is only for backend 'petri'")
+        if self.backend == "sim":
+            real = [r for r in ("auditor", "target", "judge") if not getattr(self.models, r).model.startswith("sim/")]
+            if real:
+                raise ValueError(
+                    f"backend 'sim' audits with its simulated roles only; models {real} "
+                    "must be sim/<role> (use backend 'petri' for real models)"
+                )
+        if self.backend != "sim":
+            unpriced = [
+                r
+                for r in ("auditor", "target", "judge")
+                if not getattr(self.models, r).offline and getattr(self.models, r).price is None
+            ]
+            if unpriced:
+                raise ValueError(
+                    f"models {unpriced} call paid models but have no price: add "
+                    "price: {input_per_mtok: ..., output_per_mtok: ...} so the budget can be enforced"
+                )
+        unread = [s for s in self.search_space.surfaces if s not in self.runtime.surfaces]
+        if unread:
+            raise ValueError(
+                f"search_space.surfaces {unread} are not in runtime.surfaces: the runtime under test "
+                "does not read them, so no change there could reach it"
+            )
+        if not self.models.mutator.offline and self.models.mutator.price is None:
+            raise ValueError(
+                "models.mutator calls a paid model but has no price: add "
+                "price: {input_per_mtok: ..., output_per_mtok: ...} so its calls can be charged"
+            )
+        if self.mutator.catalogue is not None and self.models.mutator.model != CATALOGUE_MODEL:
+            raise ValueError(f"mutator.catalogue is only for models.mutator.model {CATALOGUE_MODEL!r}")
+        if "gate" in self.arms and "never" not in self.arms:
+            raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
+        return self
+
+    @property
+    def offline(self) -> bool:
+        """True when no role can reach a paid model."""
+        # the mutator calls its model on any backend; the sim backend's audit roles are simulated
+        audit_roles_offline = self.backend == "sim" or all(
+            getattr(self.models, r).offline for r in ("auditor", "target", "judge")
+        )
+        return audit_roles_offline and self.models.mutator.offline
+
+    def audit_providers(self) -> list[str]:
+        """The providers an audit calls (model name prefixes); `sim` for the simulated backend."""
+        if self.backend == "sim":
+            return ["sim"]
+        return sorted({getattr(self.models, r).model.split("/", 1)[0] for r in ("auditor", "target", "judge")})
+
+    def audits_in_flight(self) -> int:
+        """The most audits of this run in flight at once: executor bound, capped per provider."""
+        ex = self.executor
+        limit = ex.max_in_flight if ex.kind == "ray" else self.measurement.concurrency
+        caps = [ex.per_provider[p] for p in self.audit_providers() if p in ex.per_provider]
+        return min([limit, *caps])
+
+    def canonical_json(self) -> str:
+        data = self.model_dump(mode="json")
+        if self.executor == Executor():  # contracts written before the executor existed keep their hash
+            del data["executor"]
+        if not self.measurement.common_random_numbers:  # and those written before CRN existed
+            del data["measurement"]["common_random_numbers"]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def contract_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def dimensions(self) -> list[str]:
+        p = self.promotion
+        return [*p.target_dimensions, *p.critical_dimensions, *p.auxiliary_dimensions]
+
+
+class LoadedContract(BaseModel):
+    """A validated contract plus the prose programme that came with it."""
+
+    model_config = ConfigDict(frozen=True)
+    contract: Contract
+    programme: str
+    path: str
+
+
+def split_front_matter(text: str) -> tuple[str, str]:
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        raise ContractError("program.md must start with a '---' line opening the YAML front matter")
+    for i, line in enumerate(lines[1:], start=1):
+        if line.strip() == "---":
+            return "".join(lines[1:i]), "".join(lines[i + 1 :])
+    raise ContractError("program.md front matter is not closed by a '---' line")
+
+
+def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
+    front, prose = split_front_matter(text)
+    if len(front) > MAX_FRONT_MATTER:
+        raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")
+    try:
+        data = load_strict("\n" + front)  # line 1 is the opening '---': YAML lines are file lines
+    except DuplicateYamlKey as ex:
+        raise ContractError(str(ex)) from None
+    except YamlTooLarge as ex:
+        raise ContractError(f"{path}: front matter refused: {ex}") from None
+    except yaml.YAMLError as ex:
+        raise ContractError(f"{path}: front matter is not valid YAML: {ex}") from None
+    except RecursionError:
+        raise ContractError(f"{path}: front matter is nested too deeply") from None
+    except ValueError as ex:  # e.g. an integer with thousands of digits
+        raise ContractError(f"{path}: front matter has a value that cannot be read: {ex}") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: front matter must be a mapping of contract fields")
+    if "bound" in data:
+        raise ContractError(
+            f"{path}: 'bound' is computed when the contract is loaded (hashes of the programme, "
+            "mutator template and catalogue); remove it from the front matter"
+        )
+    hidden = _hidden_character(data)
+    if hidden:
+        raise ContractError(f"{path}: {hidden}")
+    try:
+        contract = Contract.model_validate(data)
+    except ValidationError as ex:
+        raise ContractError(f"{path}: invalid contract:\n{describe_validation_errors(ex, '(contract)')}") from None
+    programme = prose.strip()
+    contract = contract.model_copy(update={"bound": _bound_hashes(contract, programme, Path(path))})
+    return LoadedContract(contract=contract, programme=programme, path=path)
+
+
+def _sha256_file(path: Path, what: str) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as ex:
+        raise ContractError(f"cannot read the {what} {path}: {ex.strerror}") from None
+
+
+def template_path(name: str) -> Path:
+    return TEMPLATES_DIR / f"{name}.md"
+
+
+def catalogue_path(contract: Contract, contract_path: Path) -> Path | None:
+    if contract.mutator.catalogue is None:
+        return None
+    return (Path(contract_path).resolve().parent / contract.mutator.catalogue).resolve()
+
+
+def _bound_hashes(contract: Contract, programme: str, path: Path) -> dict[str, str]:
+    """What besides the front matter defines the run, hashed: it enters the contract hash."""
+    out = {"programme": hashlib.sha256(programme.encode()).hexdigest()}
+    if contract.models.mutator.model != CATALOGUE_MODEL:
+        template = template_path(contract.mutator.template)
+        if not template.is_file():
+            raise ContractError(
+                f"{path}: mutator.template {contract.mutator.template!r} does not exist "
+                f"(expected {template}); the templates are in {TEMPLATES_DIR}"
+            )
+        out["mutator_template"] = _sha256_file(template, "mutator template")
+    catalogue = catalogue_path(contract, path)
+    if catalogue is not None:
+        out["catalogue"] = _sha256_file(catalogue, "mutator catalogue")
+    return out
+
+
+def _hidden_character(node: Any, where: str = "(contract)") -> str | None:
+    """The first key or text holding a character a reviewer cannot see, described."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}" if where != "(contract)" else str(key)
+            found = _hidden_character(key, here) or _hidden_character(value, here)
+            if found:
+                return found
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            found = _hidden_character(item, f"{where}[{i}]")
+            if found:
+                return found
+    elif isinstance(node, str):
+        for ch in node:
+            if unicodedata.category(ch) in _HIDDEN_CATEGORIES and ch not in "\n\t":
+                return (
+                    f"{where} contains invisible, control or bidirectional character "
+                    f"U+{ord(ch):04X}; remove it so the approver reviews what the loop reads"
+                )
+    return None
+
+
+def load_contract(path: Path) -> LoadedContract:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as ex:
+        raise ContractError(f"cannot read contract {path}: {ex.strerror}") from None
+    except UnicodeDecodeError:
+        raise ContractError(f"contract {path} is not UTF-8 text") from None
+    return parse_contract(text, str(path))

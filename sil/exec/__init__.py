@@ -1,0 +1,3 @@
+"""Running audits: the audit subprocess and its attempts log, the backends (sim, petri), the Ray executor, the checks before a run spends anything."""
+
+__all__ = ["attempts", "auditproc", "measure", "rayexec", "startchecks", "backends"]

@@ -1,0 +1,112 @@
+"""`sil export`: a run's audits, rounds and verdicts as flat rows, to CSV, Parquet or JSON (L3).
+
+One row per audit, per paired round and per verdict; `record` says which. Score columns are
+`mean.<dim>` (audit: mean over seeds) and `diff.<dim>` (round: candidate − champion).
+
+    rows = export_rows(view)
+    write_rows(rows, Path("out.csv"), "csv")
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from sil.base.errors import Refused
+from sil.base.fsutil import atomic_write_bytes
+from sil.review.runview import RunView
+
+Format = Literal["csv", "parquet", "json"]
+FORMATS = ("csv", "parquet", "json")
+
+
+def _audit_row(a: dict[str, Any]) -> dict[str, Any]:
+    row = {k: a.get(k) for k in ("audit_id", "arm", "round", "role", "policy_set", "tick", "status", "gap_reason")}
+    row["record"] = "audit"
+    row["usd"] = (a.get("usage") or {}).get("usd")
+    row["wall_s"] = a.get("wall_s")
+    row["log_path"] = a.get("log_path")
+    dims = sorted({d for s in a["scores"].values() for d in s})
+    for d in dims:
+        vals = [s[d] for s in a["scores"].values() if s.get(d) is not None]
+        row[f"mean.{d}"] = float(np.mean(vals)) if vals else None
+    return row
+
+
+def _round_row(r: dict[str, Any]) -> dict[str, Any]:
+    decision = r.get("decision") or {}
+    row = {
+        "record": "round",
+        "round": r["round"],
+        "arm": r["arm"],
+        "kind": r["kind"],
+        "mutation_id": r.get("mutation_id"),
+        "gap_reason": r.get("gap_reason"),
+        "verdict": decision.get("verdict"),
+        "look": decision.get("look"),
+        "coin": r.get("coin"),
+    }
+    row.update({f"diff.{d}": v for d, v in sorted(r["diff"].items())})
+    return row
+
+
+def _verdict_row(v: dict[str, Any]) -> dict[str, Any]:
+    keys = ("arm", "mutation_id", "verdict", "reason", "candidate_set", "parent_set", "rounds", "alpha")
+    return {"record": "verdict", **{k: v.get(k) for k in keys}}
+
+
+def export_rows(view: RunView) -> list[dict[str, Any]]:
+    rows = []
+    for rec in view.records:
+        if rec.type == "audit":
+            rows.append(_audit_row(rec.payload))
+        elif rec.type == "round":
+            rows.append(_round_row(rec.payload))
+        elif rec.type == "verdict":
+            rows.append(_verdict_row(rec.payload))
+    for i, row in enumerate(rows):
+        row["run_id"] = view.run_id
+        row["row"] = i
+    return rows
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    cols: dict[str, None] = {"run_id": None, "row": None, "record": None}
+    for r in rows:
+        cols.update(dict.fromkeys(r))
+    return list(cols)
+
+
+def _parquet(rows: list[dict[str, Any]], cols: list[str]) -> bytes:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise Refused("--format parquet needs pyarrow: pip install pyarrow (or use --format csv|json)") from None
+    table = pa.table({c: [r.get(c) for r in rows] for c in cols})
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf)
+    return buf.getvalue().to_pybytes()
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path, fmt: Format) -> Path:
+    cols = _columns(rows)
+    if fmt == "json":
+        data = json.dumps([{c: r.get(c) for c in cols} for r in rows], indent=1).encode()
+    elif fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        data = buf.getvalue().encode()
+    elif fmt == "parquet":
+        data = _parquet(rows, cols)
+    else:
+        raise Refused(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    atomic_write_bytes(path, data)
+    return path

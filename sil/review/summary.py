@@ -1,0 +1,286 @@
+"""The end-of-run summary, built only from the run state and its ledger.
+
+summary = build_summary(state, book.records, contract, note=backend.note)
+render(summary, console)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sil.contract.prepare import SeedSet
+from sil.contract.schema import Contract
+from sil.integrity.ledger import Record
+from sil.stats import fitness
+from sil.store.runstate import RunState
+
+INTERVAL_LEVEL = 0.9
+
+
+class ArmLine(BaseModel):
+    arm: str
+    audits: int
+    candidates: int
+    keeps: int
+    reverts: int
+    changed: bool
+    target_change: tuple[float, float, float] | None
+    worst_critical: tuple[str, float] | None
+    stop_reason: str | None
+
+
+class Confirmation(BaseModel):
+    """The gate champion's effect on the target vs the start, on both seed sets, side by side.
+
+    `certified_on` names the seeds the certification used; the other set's effect is a check.
+    Effects are (mean, lo, hi) over the rounds' own spread, None when not measured.
+    """
+
+    certified: bool
+    certified_on: SeedSet
+    heldout: tuple[float, float, float] | None = None
+    heldout_rounds: int = 0
+    heldout_seeds: int | None = None
+    search: tuple[float, float, float] | None = None
+    search_rounds: int = 0
+
+
+class Summary(BaseModel):
+    run_id: str
+    phase: str
+    halt_reason: str | None
+    backend: str
+    note: str
+    target: str
+    target_higher_is_better: bool = False  # levels are raw scores; every Δ is oriented (negative = better)
+    baseline_mean: float | None
+    never_mean: float | None
+    drift: float | None
+    noise_sigma: dict[str, float]
+    noise_df: dict[str, int]
+    aa_mean_diff: float | None
+    arms: list[ArmLine]
+    audits: int
+    gaps: int
+    usd: float
+    elapsed_s: float
+    mutator_calls: int = 0
+    mutator_usd: float = 0.0
+    proposer_gaps: int = 0
+    alpha_run: float
+    alpha_spent: float
+    confirmations: int
+    confirmation: Confirmation | None = None
+
+
+def _level(records: list[Record], arm: str, dim: str) -> float | None:
+    vals = [
+        v
+        for r in records
+        if r.type == "audit" and r.payload["arm"] == arm and r.payload["status"] == "ok"
+        for row in r.payload["scores"].values()
+        if (v := row.get(dim)) is not None
+    ]
+    return float(np.mean(vals)) if vals else None
+
+
+def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
+    arm = state.arms[name]
+    target = contract.promotion.target_dimensions[0]
+    changed = arm.champion != state.origin
+    rounds = list(arm.final_rounds)
+    tchange = fitness.interval(rounds, target, INTERVAL_LEVEL) if changed and rounds else None
+    worst = None
+    if changed and rounds:
+        means = {
+            d: float(np.mean([r.diff[d] for r in rounds if r.diff.get(d) is not None] or [np.nan]))
+            for d in contract.promotion.critical_dimensions
+        }
+        d = max(means, key=lambda k: -np.inf if np.isnan(means[k]) else means[k])
+        worst = (d, round(means[d], 3))
+    return ArmLine(
+        arm=name,
+        audits=arm.audits,
+        candidates=arm.candidates,
+        keeps=arm.keeps,
+        reverts=arm.reverts,
+        changed=changed,
+        target_change=tchange,
+        worst_critical=worst,
+        stop_reason=arm.stop_reason,
+    )
+
+
+def _confirmation(state: RunState, records: list[Record], target: str) -> Confirmation | None:
+    """Search-seed and held-out effects of the certified (or rolled back) gate champion."""
+    cert = next((r.payload for r in records if r.type == "certify" and r.payload["arm"] == "gate"), None)
+    arm = state.arms.get("gate")
+    if cert is None or arm is None:
+        return None
+    on: SeedSet = cert.get("seed_set", "search")
+    final = fitness.interval(arm.final_rounds, target, INTERVAL_LEVEL) if arm.final_rounds else None
+    if on == "search":
+        return Confirmation(
+            certified=cert["certified"], certified_on=on, search=final, search_rounds=len(arm.final_rounds)
+        )
+    check = fitness.interval(arm.search_rounds, target, INTERVAL_LEVEL) if arm.search_rounds else None
+    return Confirmation(
+        certified=cert["certified"],
+        certified_on=on,
+        heldout=final,
+        heldout_rounds=len(arm.final_rounds),
+        heldout_seeds=cert.get("seeds"),
+        search=check,
+        search_rounds=len(arm.search_rounds),
+    )
+
+
+def build_summary(
+    state: RunState, records: list[Record], contract: Contract, note: str, higher_better: frozenset[str] = frozenset()
+) -> Summary:
+    target = contract.promotion.target_dimensions[0]
+    base = next((r.payload["per_dimension_mean"].get(target) for r in records if r.type == "baseline"), None)
+    never = _level(records, "never", target)
+    est = state.shared.pool.estimate() if state.shared.pool.n_pairs else None
+    aa = [v for r in state.aa_rounds if (v := r.diff.get(target)) is not None]
+    budget = state.shared.budget
+    return Summary(
+        run_id=state.run_id,
+        phase=state.phase,
+        halt_reason=state.halt_reason,
+        backend=contract.backend,
+        note=note,
+        target=target,
+        target_higher_is_better=target in higher_better,
+        baseline_mean=base,
+        never_mean=never,
+        drift=None if base is None or never is None else never - base,
+        noise_sigma=dict(est.sigma) if est else {},
+        noise_df=dict(est.df) if est else {},
+        aa_mean_diff=float(np.mean(aa)) if aa else None,
+        arms=[_arm_line(state, a, contract) for a in ("never", "random", "gate") if a in state.arms],
+        audits=state.audits,
+        gaps=state.gaps,
+        usd=state.usd,
+        elapsed_s=round(state.elapsed_s, 1),
+        mutator_calls=sum(1 for r in records if r.type == "mutator_call"),
+        mutator_usd=round(state.mutator_usd, 6),
+        proposer_gaps=sum(1 for r in records if r.type == "proposer_gap"),
+        alpha_run=contract.promotion.alpha_run,
+        alpha_spent=budget.spent,
+        confirmations=budget.confirmations,
+        confirmation=_confirmation(state, records, target),
+    )
+
+
+def _fmt(x: float | None, nd: int = 3) -> str:
+    return "—" if x is None else f"{x:+.{nd}f}"
+
+
+def conclusion(s: Summary) -> str:
+    """One honest sentence about the gate arm's result."""
+    gate_arm = next((a for a in s.arms if a.arm == "gate"), None)
+    if gate_arm is None:
+        return "conclusion: no gate arm in this run"
+    if not gate_arm.changed and gate_arm.keeps:
+        return (
+            f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion failed "
+            "certification against the start and was rolled back — no robust improvement"
+        )
+    if not gate_arm.changed:
+        return (
+            "conclusion: no candidate passed the gate — no clear improvement at this noise level "
+            f"({gate_arm.candidates} tried)"
+        )
+    if gate_arm.target_change is None:
+        return "conclusion: the gate kept a change, but it was not re-measured against the start"
+    m, lo, hi = gate_arm.target_change
+    where = " on the held-out seeds" if s.confirmation and s.confirmation.certified_on == "heldout" else ""
+    if hi < 0:
+        return f"conclusion: the gate champion improves {s.target} by {-m:.2f}{where} (interval excludes 0)"
+    return (
+        f"conclusion: the gate kept {gate_arm.keeps} change(s), but the re-measured difference "
+        f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] does not exclude no improvement"
+    )
+
+
+def _effect(x: tuple[float, float, float] | None, rounds: int) -> str:
+    return "not measured" if x is None else f"{x[0]:+.2f} [{x[1]:+.2f}, {x[2]:+.2f}] over {rounds} rounds"
+
+
+def confirmation_lines(s: Summary) -> list[str]:
+    """The gate champion's search-seed and held-out effects, saying which one certified it."""
+    c = s.confirmation
+    if c is None:
+        return []
+    verdict = "certified" if c.certified else "NOT certified (rolled back)"
+    head = f"gate champion vs start, Δ {s.target} ({INTERVAL_LEVEL:.0%} CI):"
+    if c.certified_on == "search":
+        return [
+            f"{head} search seeds {_effect(c.search, c.search_rounds)}; {verdict} on the search seeds "
+            "(the measurement has no held-out seeds, or the contract asked for the search seeds)"
+        ]
+    return [
+        f"{head} held-out seeds ({c.heldout_seeds}, never used by the search) {_effect(c.heldout, c.heldout_rounds)}"
+        f" — {verdict} on these;",
+        f"  search seeds (the ones the search chose it on) {_effect(c.search, c.search_rounds)} — a check only",
+    ]
+
+
+def render(s: Summary, console: Console) -> None:
+    table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
+    for col in (
+        "arm",
+        "audits",
+        "cand.",
+        "KEEP",
+        f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI; − = better)",
+        "worst critical Δ",
+        "stopped because",
+    ):
+        table.add_column(col)
+    for a in s.arms:
+        if not a.changed:
+            change = "0 (unchanged)"
+        elif a.target_change is None:
+            change = "changed, not re-measured"
+        else:
+            m, lo, hi = a.target_change
+            change = f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+            if a.arm == "gate" and s.confirmation is not None and s.confirmation.certified_on == "heldout":
+                change += " held-out seeds"
+        worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
+        table.add_row(a.arm, str(a.audits), str(a.candidates), str(a.keeps), change, worst, a.stop_reason or "")
+    console.print(table)
+    sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
+    console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
+    level = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
+    if s.target_higher_is_better:
+        console.print(f"{s.target} is higher-is-better: levels are raw scores, every Δ is oriented (− = better)")
+    console.print(
+        f"drift of {s.target}: baseline {level(s.baseline_mean)} → never arm {level(s.never_mean)}"
+        f" ({_fmt(s.drift, 2)} with no change at all)"
+    )
+    for line in confirmation_lines(s):
+        console.print(line)
+    console.print(conclusion(s))
+    console.print(
+        f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
+    )
+    console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
+    console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
+    if s.mutator_calls:
+        console.print(
+            f"mutator: {s.mutator_calls} model calls, USD {s.mutator_usd:.2f} of the total, "
+            f"{s.proposer_gaps} proposer gaps; audits: USD {s.usd - s.mutator_usd:.2f}"
+        )
+    if s.halt_reason:
+        console.print(f"[bold red]HALTED:[/] {escape(s.halt_reason)}")
+        console.print(
+            "next: fix the cause above, then run the same `sil run` command again; it resumes from the "
+            "recorded state and repeats no finished audit (`sil status` shows where it stands)"
+        )

@@ -1,0 +1,181 @@
+"""Sweeps: several contracts (or seeds of one) run as independent runs, with one combined status.
+
+Each run of a sweep is its own `sil run` process in its own workspace,
+`state/sweeps/<run id>/`: the contract (a seed variant is the same contract with
+`seed: <seed + k>`, so a contract of its own, with its own hash and run id), a copy of its
+frozen measurement and of the project's runtime policies, and the project's approval for it
+and `allowed_signers` if there are any (signed files, verified as always). So every run has
+its own run directory, lock, policy lock, ledger and approval, no run waits for another's
+locks, and a failed run stops only itself. With `executor: ray` the runs' audits share the
+cluster; each run still bounds its own audits in flight. Running the same sweep again resumes
+each run. `sil status` inside a run's workspace shows that run.
+
+    runs = plan_sweep([Path("program.md")], root, seeds=3)
+    outcomes = run_sweep(runs, parallel=3)
+    console.print(sweep_table(outcomes))
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from sil.base.errors import Refused
+from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, approval_path
+from sil.contract.schema import (
+    Contract,
+    ContractError,
+    catalogue_path,
+    load_contract,
+    parse_contract,
+    split_front_matter,
+)
+from sil.review.runview import load_run
+from sil.review.status import run_overview
+
+SEED_LINE = re.compile(r"^seed:[ \t]*-?\d+[ \t]*(#.*)?$", re.MULTILINE)
+MAX_RUNS = 64
+TAIL_CHARS = 400
+SWEEPS = Path("state") / "sweeps"
+POLICIES = Path("state") / "policies"
+CONTRACT_NAME = "program.md"
+SIL_RUN = [sys.executable, "-c", "from sil.cli.app import app; app()", "run"]
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep: its workspace (holding its contract) and the run id `sil run` gives it."""
+
+    workspace: Path
+    run_id: str
+    source: Path  # the contract file it came from
+
+    @property
+    def run_dir(self) -> Path:
+        return self.workspace / "state" / "runs" / self.run_id
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    run: SweepRun
+    exit_code: int
+    tail: str  # the last lines `sil run` printed (its conclusion or why it stopped)
+
+
+def seed_text(path: Path, k: int) -> str:
+    """The contract text at `path` with its seed moved by `k` (k = 0: unchanged)."""
+    text = path.read_text(encoding="utf-8")
+    if k == 0:
+        return text
+    front, _ = split_front_matter(text)
+    seed = load_contract(path).contract.seed + k
+    if SEED_LINE.search(front):
+        new_front = SEED_LINE.sub(f"seed: {seed}", front, count=1)
+    else:
+        new_front = front.rstrip("\n") + f"\nseed: {seed}\n"
+    return text.replace(front, new_front, 1)
+
+
+def plan_sweep(contracts: list[Path], root: Path, seeds: int = 1) -> list[SweepRun]:
+    """The sweep's runs, their workspaces made (Refused: a bad contract, a run twice, too many)."""
+    if seeds < 1 or len(contracts) * seeds > MAX_RUNS:
+        raise Refused(f"a sweep runs 1 to {MAX_RUNS} runs; {len(contracts)} contracts x {seeds} seeds asked")
+    runs: list[SweepRun] = []
+    for path in contracts:
+        for k in range(seeds):
+            try:
+                text = seed_text(path, k)
+                contract = parse_contract(text, str(path)).contract
+            except ContractError as ex:
+                raise Refused(str(ex)) from None
+            run_id = f"{contract.contract_id}-{contract.contract_hash[:8]}"
+            if any(r.run_id == run_id for r in runs):
+                raise Refused(f"{path} (seed +{k}) is the same contract as an earlier one of the sweep (run {run_id})")
+            runs.append(SweepRun(make_workspace(root, path, text, contract, run_id), run_id, path))
+    return runs
+
+
+def make_workspace(root: Path, source: Path, text: str, contract: Contract, run_id: str) -> Path:
+    """`state/sweeps/<run id>/` with the contract, its measurement, policies and approval (kept if made)."""
+    ws = root / SWEEPS / run_id
+    target = ws / CONTRACT_NAME
+    if target.exists():
+        if target.read_text(encoding="utf-8") != text:
+            raise Refused(f"{target} exists with another contract; remove {ws} to start that run afresh")
+        return ws
+    _copy_tree(root / contract.measurement.seed_library, ws / contract.measurement.seed_library)
+    _copy_tree(root / POLICIES, ws / POLICIES)
+    catalogue = catalogue_path(contract, source)
+    if catalogue is not None:
+        rel = Path(contract.mutator.catalogue or "")
+        if rel.is_absolute() or ".." in rel.parts:
+            raise Refused(
+                f"{source}: a sweep copies mutator.catalogue into the run's workspace; give it inside the project"
+            )
+        _copy_file(catalogue, ws / rel)
+    for extra in (approval_path(contract.contract_hash, root), root / ALLOWED_SIGNERS_DEFAULT):
+        if extra.is_file():
+            _copy_file(extra, ws / extra.relative_to(root))
+    target.write_text(text, encoding="utf-8")  # last: a workspace with its contract is complete
+    return ws
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    if not src.is_dir():
+        raise Refused(f"{src} does not exist: run the sweep from the project root")
+    shutil.copytree(src, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".sil-policy.lock*"))
+
+
+def _copy_file(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest)
+
+
+def run_one(run: SweepRun) -> SweepOutcome:
+    """`sil run` of one contract in its workspace, in its own process (its locks, ledger, approval)."""
+    proc = subprocess.run(
+        [*SIL_RUN, "--contract", CONTRACT_NAME, "--run-id", run.run_id],
+        cwd=run.workspace,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    text = (proc.stdout + proc.stderr).strip()
+    return SweepOutcome(run, proc.returncode, text[-TAIL_CHARS:])
+
+
+def run_sweep(runs: list[SweepRun], parallel: int) -> list[SweepOutcome]:
+    """Run every run of the sweep, `parallel` at a time; outcomes in the sweep's order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(runs)))) as pool:
+        return list(pool.map(run_one, runs))
+
+
+def sweep_table(outcomes: list[SweepOutcome]) -> Table:
+    """The combined status: one row per run, from its own state and ledger."""
+    table = Table(title="sweep")
+    for col in ("run", "contract", "exit", "phase", "audits", "USD", "KEEP (arm)", "ledger"):
+        table.add_column(col)
+    for o in outcomes:
+        if not (o.run.run_dir / "ledger.jsonl").exists():
+            table.add_row(escape(o.run.run_id), escape(str(o.run.source)), str(o.exit_code), "not started")
+            continue
+        r = run_overview(load_run(o.run.run_dir))
+        table.add_row(
+            escape(o.run.run_id),
+            escape(str(o.run.source)),
+            str(o.exit_code),
+            r.phase,
+            f"{r.audits}/{r.max_audits or '?'}",
+            f"{r.usd:.2f}",
+            ", ".join(f"{a} {n}" for a, n in r.keeps.items()),
+            "ok" if r.verified else f"FAILS {escape(r.verify_note)}",
+        )
+    return table

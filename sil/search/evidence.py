@@ -1,0 +1,262 @@
+"""Evidence for proposers that read it: the champion's recent audits and this run's history.
+
+Layer L2 (I/O primitive): reads this run's ledger records and the audits' own evidence
+(`evidence.json` on the sim backend, the `.eval` log on the Petri backend); never the audit
+world. `build_context` assembles a `MutatorContext` with explicit size bounds, and
+`check_citation` resolves an evidence citation against the run's ledger. Only audits of the
+search seeds are evidence: held-out audits, their seeds and transcripts never reach a proposer.
+
+    ctx = build_context(book, run_dir, "gate", champion_set_id, contract)
+    error = check_citation("audit:gate-c003-r00-t41-candidate/seed:order_tool_error/dim:broken_tool_use", ctx)
+
+Citations: `audit:<audit id>/seed:<seed id>[/dim:<dimension>][/msg:<message index>]`, then
+optional prose after whitespace. Truncation rules (each applied and then listed in
+`MutatorContext.truncated`): at most `recent_audits` audits of the champion, newest first;
+at most MAX_HIGHLIGHTS per seed and MAX_TEXT characters per highlight or excerpt; at most
+MAX_HISTORY tried edits, newest kept; values shown up to MAX_VALUE characters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from sil.contract.schema import Contract
+from sil.integrity.ledger import RecordBook
+from sil.integrity.records import AuditRecord, EffectRecord, MutationRecord, VerdictRecord
+from sil_policy.evidence import EVIDENCE_FILE, Evidence, Highlight
+
+MAX_HIGHLIGHTS = 4
+MAX_TEXT = 300
+MAX_HISTORY = 30
+MAX_VALUE = 300
+Z90 = 1.645
+CITATION = re.compile(
+    r"^audit:(?P<audit>[A-Za-z0-9._-]+)/seed:(?P<seed>[A-Za-z0-9._-]+)"
+    r"(?:/dim:(?P<dim>[a-z][a-z0-9_]*))?(?:/msg:(?P<msg>\d+))?(?=\s|$)"
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class SeedEvidence(_Frozen):
+    seed: str
+    scores: dict[str, float]
+    highlights: list[Highlight] = []
+    excerpt: str | None = None  # a short transcript excerpt (Petri), when the log has one
+
+
+class AuditEvidence(_Frozen):
+    audit_id: str
+    round: str
+    seeds: list[SeedEvidence]
+
+
+class TriedEdit(_Frozen):
+    index: int
+    mutation_id: str
+    surface: str
+    path: str
+    value: str  # JSON of the value, truncated to MAX_VALUE
+    norm_hash: str  # hash of the normalised value: a repeat in other words is still a repeat
+    hypothesis: str
+    expected: dict[str, float]
+    verdict: str | None = None  # None: still being measured
+    observed: dict[str, tuple[float, float, float]] = {}  # dim -> (mean, lo90, hi90)
+
+
+class MutatorContext(_Frozen):
+    """What an evidence-reading proposer sees for one candidate."""
+
+    arm: str
+    champion_set: str
+    target_dimensions: list[str]
+    critical_dimensions: list[str]
+    auxiliary_dimensions: list[str]
+    audits: list[AuditEvidence]
+    history: list[TriedEdit]
+    # every ok audit of this run: audit id -> seed -> dims scored (what a citation may name)
+    index: dict[str, dict[str, list[str]]]
+    messages: dict[str, dict[str, list[int]]]  # audit id -> seed -> cited message indices shown
+    truncated: list[str] = []
+
+
+# --- normalisation and effects ---------------------------------------------------------------
+
+
+def normalise(value: Any) -> Any:
+    """Case, spacing and trailing punctuation do not make an edit new; list order does not either."""
+    if isinstance(value, str):
+        return re.sub(r"\s+", " ", value).strip().strip(".!;:, ").lower()
+    if isinstance(value, list):
+        return sorted({normalise(v) for v in value})
+    return value
+
+
+def norm_hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(normalise(value), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def observed_effect(
+    diffs: Sequence[dict[str, float | None]], sigma: dict[str, float]
+) -> dict[str, tuple[float, float, float]]:
+    """Mean paired difference per dim over rounds, with a 90% interval from the frozen noise SD."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for dim, sd in sigma.items():
+        values = [d[dim] for d in diffs if d.get(dim) is not None and math.isfinite(d[dim])]  # type: ignore[arg-type]
+        if not values:
+            continue
+        mean = sum(values) / len(values)  # type: ignore[arg-type]
+        half = Z90 * sd / math.sqrt(len(values))
+        out[dim] = (round(mean, 3), round(mean - half, 3), round(mean + half, 3))
+    return out
+
+
+# --- citations -------------------------------------------------------------------------------
+
+
+def citation(audit_id: str, seed: str, dim: str | None = None, msg: int | None = None) -> str:
+    text = f"audit:{audit_id}/seed:{seed}"
+    if dim is not None:
+        text += f"/dim:{dim}"
+    if msg is not None:
+        text += f"/msg:{msg}"
+    return text
+
+
+def check_citation(text: str, ctx: MutatorContext) -> str | None:
+    """Why `text` is not a citation of this run's evidence, or None if it resolves."""
+    m = CITATION.match(text.strip())
+    if m is None:
+        return f"evidence item {text[:80]!r} does not start with a citation audit:<id>/seed:<id>[/dim:<d>][/msg:<n>]"
+    audit, seed, dim, msg = m.group("audit", "seed", "dim", "msg")
+    if audit not in ctx.index:
+        return f"citation {m.group(0)!r}: no audit {audit!r} in this run's ledger"
+    if seed not in ctx.index[audit]:
+        return f"citation {m.group(0)!r}: audit {audit} has no scored seed {seed!r}"
+    if dim is not None and dim not in ctx.index[audit][seed]:
+        return f"citation {m.group(0)!r}: seed {seed} of audit {audit} has no score for {dim!r}"
+    if msg is not None and int(msg) not in ctx.messages.get(audit, {}).get(seed, []):
+        return f"citation {m.group(0)!r}: no highlighted message {msg} on seed {seed} of audit {audit}"
+    return None
+
+
+# --- reading audits --------------------------------------------------------------------------
+
+
+def _clip(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _sim_details(run_dir: Path, rec: AuditRecord) -> dict[str, tuple[list[Highlight], str | None]]:
+    path = run_dir / "audits" / rec.audit_id / EVIDENCE_FILE
+    try:
+        ev = Evidence.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return {s.seed_id: (list(s.highlights), None) for s in ev.samples}
+
+
+def _petri_details(rec: AuditRecord) -> dict[str, tuple[list[Highlight], str | None]]:
+    """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
+    if not rec.log_path:
+        return {}
+    try:
+        from inspect_ai.log import read_eval_log
+
+        log = read_eval_log(rec.log_path)
+    except Exception:  # an unreadable log only means less evidence; the scores stand
+        return {}
+    out: dict[str, tuple[list[Highlight], str | None]] = {}
+    for sample in log.samples or []:
+        notes: list[Highlight] = []
+        for score in (sample.scores or {}).values():
+            if score.explanation:
+                values = score.value if isinstance(score.value, dict) else {}
+                numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
+                worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
+                notes.append(Highlight(dimension=worst, text=_clip(str(score.explanation))))
+        answers = [m for m in sample.messages if m.role == "assistant" and m.text]
+        excerpt = _clip(answers[-1].text) if answers else None
+        out[str(sample.id)] = (notes, excerpt)
+    return out
+
+
+def _audit_evidence(run_dir: Path, rec: AuditRecord) -> AuditEvidence:
+    details = _sim_details(run_dir, rec) if rec.backend == "sim" else _petri_details(rec)
+    seeds = []
+    for seed, scores in sorted(rec.scores.items()):
+        notes, excerpt = details.get(seed, ([], None))
+        notes = [h.model_copy(update={"text": _clip(h.text)}) for h in notes[:MAX_HIGHLIGHTS]]
+        seeds.append(SeedEvidence(seed=seed, scores=scores, highlights=notes, excerpt=excerpt))
+    return AuditEvidence(audit_id=rec.audit_id, round=rec.round, seeds=seeds)
+
+
+# --- history ---------------------------------------------------------------------------------
+
+
+def _history(book: RecordBook, arm: str) -> list[TriedEdit]:
+    verdicts = {v.mutation_id: v.verdict for v in book.payloads("verdict", VerdictRecord) if v.arm == arm}
+    effects = {e.mutation_id: e.observed for e in book.payloads("effect", EffectRecord) if e.arm == arm}
+    out = []
+    for rec in book.payloads("mutation", MutationRecord):
+        if rec.arm != arm:
+            continue
+        m = rec.mutation
+        out.append(
+            TriedEdit(
+                index=rec.index,
+                mutation_id=m.mutation_id,
+                surface=m.surface,
+                path=m.path,
+                value=_clip(json.dumps(m.value, ensure_ascii=False), MAX_VALUE),
+                norm_hash=norm_hash(m.value),
+                hypothesis=_clip(m.hypothesis),
+                expected=dict(m.expected_effect),
+                verdict=verdicts.get(m.mutation_id),
+                observed=effects.get(m.mutation_id, {}),
+            )
+        )
+    return sorted(out, key=lambda t: t.index)
+
+
+def build_context(book: RecordBook, run_dir: Path, arm: str, champion_set: str, contract: Contract) -> MutatorContext:
+    """The evidence and history a proposer may read for the arm's next candidate."""
+    # held-out audits (the final certification's) are never evidence: the search must not see them
+    audits = [a for a in book.payloads("audit", AuditRecord) if a.status == "ok" and a.seed_set == "search"]
+    index = {a.audit_id: {seed: sorted(s) for seed, s in a.scores.items()} for a in audits}
+    mine = [a for a in audits if a.policy_set == champion_set]
+    keep = contract.mutator.recent_audits
+    truncated = []
+    if len(mine) > keep:
+        truncated.append(f"showing the {keep} most recent of {len(mine)} audits of the champion")
+    shown = [_audit_evidence(run_dir, a) for a in reversed(mine[-keep:])]
+    messages = {
+        a.audit_id: {s.seed: [h.message for h in s.highlights if h.message is not None] for s in a.seeds} for a in shown
+    }
+    history = _history(book, arm)
+    if len(history) > MAX_HISTORY:
+        truncated.append(f"showing the {MAX_HISTORY} most recent of {len(history)} tried edits")
+        history = history[-MAX_HISTORY:]
+    p = contract.promotion
+    return MutatorContext(
+        arm=arm,
+        champion_set=champion_set,
+        target_dimensions=list(p.target_dimensions),
+        critical_dimensions=list(p.critical_dimensions),
+        auxiliary_dimensions=list(p.auxiliary_dimensions),
+        audits=shown,
+        history=history,
+        index=index,
+        messages=messages,
+        truncated=truncated,
+    )

@@ -1,0 +1,95 @@
+"""Proposers by mutator model name: `offline/catalogue`, or the LLM mutator for any inspect-ai model.
+
+Another package adds a proposer without editing this one: register a factory (it receives the
+loaded contract: the contract and its programme prose) with `@register_proposer("offline/name")`
+and make it discoverable through the `sil.proposers` entry point group (the entry point names
+the module to import, or the factory itself; quote the name, it contains a slash):
+
+    [project.entry-points."sil.proposers"]
+    "offline/mine" = "mypackage.proposer"
+
+    proposer = make_proposer(loaded_contract)
+    mutation = proposer.propose(ProposalRequest(...))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from sil.contract.schema import LoadedContract, catalogue_path
+from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest, Proposer, ProposerError
+from sil.search.proposers.catalogue import OFFLINE_CATALOGUE, CatalogueProposer, load_catalogue
+from sil.search.proposers.llm import LLMProposer
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "LLMProposer",
+    "MutatorCall",
+    "Proposal",
+    "ProposalRequest",
+    "Proposer",
+    "ProposerError",
+    "available",
+    "make_proposer",
+    "register_proposer",
+]
+
+ENTRY_POINT_GROUP = "sil.proposers"
+Factory = Callable[[LoadedContract], Proposer]
+
+
+def _catalogue(loaded: LoadedContract) -> Proposer:
+    # The catalogue reads the programme's machine-readable part (the target dimensions).
+    c = loaded.contract
+    path = catalogue_path(c, Path(loaded.path))
+    catalogue = load_catalogue(path) if path is not None else None
+    return CatalogueProposer(c.search_space.surfaces, c.promotion.target_dimensions, catalogue)
+
+
+# Mutator model name -> factory(loaded contract).
+_REGISTERED: dict[str, Factory] = {OFFLINE_CATALOGUE: _catalogue}
+
+
+def register_proposer(model: str) -> Callable[[Factory], Factory]:
+    """Decorator: make the mutator model name `model` build its proposer with the decorated factory."""
+
+    def add(factory: Factory) -> Factory:
+        if model == OFFLINE_CATALOGUE:
+            raise ValueError(f"proposer name {model!r} is built in; choose another")
+        _REGISTERED[model] = factory
+        return factory
+
+    return add
+
+
+def _from_entry_points(model: str) -> Factory | None:
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP, name=model):
+        loaded = ep.load()  # importing the module runs its @register_proposer
+        if model not in _REGISTERED and callable(loaded):
+            _REGISTERED[model] = loaded
+    return _REGISTERED.get(model)
+
+
+def available() -> list[str]:
+    """Every proposer name registered or offered by an entry point (the LLM mutator takes any other)."""
+    return sorted(set(_REGISTERED) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def make_proposer(loaded: LoadedContract) -> Proposer:
+    """The proposer the contract's mutator model names."""
+    if not isinstance(loaded, LoadedContract):
+        raise ProposerError(
+            f"make_proposer needs a LoadedContract (contract and programme), not {type(loaded).__name__}"
+        )
+    model = loaded.contract.models.mutator.model
+    factory = _REGISTERED.get(model) or _from_entry_points(model)
+    if factory is not None:
+        return factory(loaded)
+    if model.startswith("offline/"):
+        raise ProposerError(
+            f"unknown offline proposer {model!r}; available: {', '.join(available())}, or an "
+            "inspect-ai model name (e.g. scripted/mutator offline, anthropic/<model>) for the LLM mutator"
+        )
+    return LLMProposer(loaded)  # any inspect-ai model name: scripted/mutator offline, or a real one

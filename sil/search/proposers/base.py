@@ -1,0 +1,81 @@
+"""What every proposer receives and returns: one request in, one `Proposal` out.
+
+A proposer sees only what the request carries: the champion's policy documents, the edits
+already tried in this arm, a seeded generator, the candidate's index and, for proposers that
+read evidence, a `context` built by the loop from this run's own ledger and audit logs. It
+never reads the audit world, the ledger or the disk on its own. A proposer that calls a
+model asks `spend` before every call (the run's USD budget) and reports each call, so the
+loop can charge it and record it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from sil.policies.mutation import Mutation
+
+
+class ProposerError(ValueError):
+    """No proposer for the contract's mutator model, or a catalogue that does not load."""
+
+
+def _no_limit(usd: float) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    """Everything a proposer may use for one candidate."""
+
+    champion: dict[str, dict]  # surface -> the champion's validated document
+    tried: Set[tuple[str, str, str]]  # (surface, path, value hash) already proposed in this arm
+    rng: np.random.Generator  # seeded by (run seed, arm, index): reproducible
+    index: int  # the candidate's number in its arm
+    run_seed: int
+    arm: str = ""
+    context: Any = None  # evidence and history for evidence-reading proposers
+    spend: Callable[[float], str | None] = field(default=_no_limit)  # why up to $x may not be spent
+    work_dir: Path | None = None  # where a proposer keeps raw model outputs
+    attempt: int = 0  # the arm's proposer gaps so far for this candidate: a retry is a new question
+
+
+class MutatorCall(BaseModel):
+    """One model call a proposer made: what was asked, what it cost, what came back."""
+
+    model_config = ConfigDict(frozen=True)
+    model: str
+    prompt_sha256: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    output_sha256: str | None = None
+    output_file: str | None = None  # relative to the run directory
+    error: str | None = None  # why the output was not a usable mutation, if it was not
+
+
+class Proposal(BaseModel):
+    """A proposer's answer: a mutation, or nothing left to try, or a gap (it tried and failed)."""
+
+    model_config = ConfigDict(frozen=True)
+    mutation: Mutation | None = None
+    calls: list[MutatorCall] = []
+    gap: str | None = None  # e.g. every retry gave invalid output; the loop records it
+    stop: str | None = None  # the proposer may not go on (e.g. its next call could exceed the budget)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.mutation is None and self.gap is None and self.stop is None
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        """One candidate (or an exhausted/gap answer) for this request."""
+        ...

@@ -1,0 +1,247 @@
+"""bench/: the gate benchmark's harness, procedures, metrics and CLI (tiny budgets, fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import gates
+from bench.gates import Cell, load_setup, simulate_run
+from bench.metrics import WaldPoint, aggregate, by_kind, format_by_kind, in_stream_point, wald_bound_rounds
+from bench.procedures import ending_of
+from bench.simrun import RunSummary, SimRun
+from bench.validity import null_promotion, one_replicate
+from sil.stats.judges import Outcome
+from sil_runtime.sim.world import World
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_setup(REPO / "program.md", gates.METHODS + gates.VARIANTS, with_aux=False)
+
+
+def test_setup_uses_target_and_critical_dims_of_the_contract(setup):
+    p = setup.promotion
+    assert setup.dims == (p.target_dimensions[0], *p.critical_dimensions)
+    assert p.auxiliary_dimensions == [] and setup.n_seeds == 10
+    assert setup.cell_promotion(Cell("none", 0.0, 150)).max_confirmations == 12
+    assert setup.cell_promotion(Cell("none", 0.0, 600), "elond").error_control == "elond"
+
+
+def test_every_procedure_runs_within_budget_on_the_same_stream(setup):
+    out = simulate_run(setup, Cell("calibrated", 0.5, 80), run=3)
+    assert set(out) == set(setup.methods)
+    for name, s in out.items():
+        assert s.used <= 80, name
+        assert s.keeps <= s.decisions
+    assert out["oracle"].null_keeps == 0 and not out["oracle"].false_keep
+    assert out["random"].decisions == 80
+    assert 0 < out["random"].keeps < 80
+    for name in ("loop_gate", "loop_gate_elond", "loop_gate_certified"):
+        assert out[name].alpha_spent <= setup.promotion.alpha_run + 1e-12
+
+
+def test_runs_are_reproducible(setup):
+    cell = Cell("up trend", 0.0, 60)
+    assert simulate_run(setup, cell, run=1) == simulate_run(setup, cell, run=1)
+
+
+def test_paired_audits_share_a_tick_and_truth_tracks_the_champion(setup):
+    world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
+    run = SimRun(world, [], budget=10, name="t", critical_idx=[1, 2, 3, 4], tolerance=np.full(4, 0.3))
+    run.audit_pair(run.theta, run.theta)
+    assert run.used == 2 and run.left() == 8
+    change = np.zeros(world.shape)
+    change[:, 0] = -1.0
+    delta = run.true_delta(change)
+    assert delta[0] < 0 and np.allclose(delta[1:], 0)
+    run.set_champion(run.theta + change)
+    assert run.final_delta()[0] == pytest.approx(delta[0])
+    assert np.allclose(run.true_delta(np.zeros(world.shape)), 0)
+
+
+@pytest.mark.parametrize(
+    "alpha,effect,audits",
+    [(0.05, 0.3, 59), (0.05, 0.5, 21), (0.05, 0.8, 8.3), (0.1 / 24, 0.5, 43), (0.1 / 24, 0.8, 17)],
+)
+def test_wald_bound_matches_the_research_note(alpha, effect, audits):
+    _, rounds = wald_bound_rounds(alpha, 0.2, effect, 0.836)
+    assert 2 * rounds == pytest.approx(audits, rel=0.03)
+
+
+def _summary(false_keep: bool, final_target: float, final_critical: float) -> RunSummary:
+    return RunSummary(
+        decisions=10,
+        keeps=1,
+        audits=20,
+        used=20,
+        false_keep=false_keep,
+        harmful_keep=False,
+        bad_share=float(false_keep),
+        final_target=final_target,
+        final_critical=final_critical,
+        null_decisions=5,
+        null_keeps=int(false_keep),
+        good_decisions=3,
+        good_keeps=1,
+        good_effect_sum=1.5,
+        final_harm=final_critical > 0.3,
+        effects=(-0.5, -0.5, -0.5, 0.0, 0.0, 0.2, 0.3, 0.0, 0.0, 0.0),
+        good=(True, True, True, False, False, False, False, False, False, False),
+    )
+
+
+def test_aggregate_scores_admissibility_against_the_truth():
+    runs = [_summary(i == 0, -0.5, 0.0) for i in range(20)]
+    row = aggregate("g", runs, sd_round=0.84)
+    point = in_stream_point(runs, 0.5, 16)
+    assert point.alpha == pytest.approx(1 / 100) and point.beta == pytest.approx(2 / 3)
+    assert row.false_keep_run == pytest.approx(0.05) and row.p_worse == 0
+    assert row.admissible(0.1) and not row.admissible(0.01)
+    worse = [_summary(False, 0.1 if i < 3 else -0.5, 0.0) for i in range(20)]
+    assert aggregate("g", worse, 0.84).p_worse == pytest.approx(0.15)
+    assert not aggregate("g", worse, 0.84).admissible(0.1)
+    harm = [_summary(False, -0.5, 0.31 if i < 3 else 0.2) for i in range(20)]
+    assert aggregate("g", harm, 0.84).p_worse == pytest.approx(0.15)
+    assert row.audits_per_decision == 2.0
+    per_run = sum(point.audits(e, g, 0.84) for e, g in zip(runs[0].effects, runs[0].good, strict=True))
+    assert row.wald_ratio == pytest.approx(20 / per_run)
+
+
+def test_wald_point_charges_good_candidates_at_their_own_effect():
+    point = WaldPoint(alpha=0.1 / 24, beta=0.2, design_effect=0.5, looks=16)
+    assert point.audits(-0.8, True, 0.836) == pytest.approx(17, rel=0.03)  # research note value
+    assert point.audits(-0.5, True, 0.836) == pytest.approx(32)  # 43 audits, capped at 2K
+    assert point.audits(-0.8, True, 0.836) < point.audits(-0.5, True, 0.836)
+    assert point.audits(0.5, False, 0.836) < point.audits(0.0, False, 0.836)  # harm is quick to refute
+
+
+def test_validity_replicate_tests_both_levels_on_a_null(setup):
+    promo = null_promotion(setup.dims[0], calibration_pairs=12)
+    params = setup.cell_params(Cell("calibrated", 0.0, 300), 7)
+    kept = one_replicate(params, setup.dims, setup.n_seeds, promo, np.random.default_rng(0))
+    assert set(kept) == {0.05, 0.01}
+    assert kept[0.01] <= kept[0.05]  # the 0.01 boundaries lie outside the 0.05 ones
+
+
+def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
+    gates.main(
+        [
+            "--runs",
+            "2",
+            "--budgets",
+            "60",
+            "--worlds",
+            "calibrated",
+            "--rhos",
+            "0",
+            "--validity-reps",
+            "2",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "SIMULATED" in text and "| loop_gate |" in text and "| geode |" in text
+    assert "Type-I of the confirmation test" in text and "Acceptance checks" in text
+    assert (tmp_path / "gates.md").exists() and (tmp_path / "gates.json").exists()
+    assert "Where the candidate audits went" not in text  # only with --by-kind
+
+
+def test_by_kind_accounts_every_candidate_audit_to_its_type(setup):
+    runs = [simulate_run(setup, Cell("calibrated", 0.0, 120), run=r)["loop_gate"] for r in range(3)]
+    rows = by_kind("loop_gate", runs)
+    assert sum(r.share for r in rows) == pytest.approx(1.0)
+    assert sum(r.audits for r in rows) * 3 == pytest.approx(sum(r.audits for r in runs))
+    assert sum(r.decisions for r in rows) * 3 == pytest.approx(sum(r.decisions for r in runs))
+    for row in rows:
+        ended = dict(row.endings)
+        assert sum(ended.values()) == pytest.approx(1.0), row
+        assert ended.get("keep", 0.0) == pytest.approx(row.keep_rate)
+        assert "other" not in ended  # every loop-gate reason has a name
+    assert "| loop_gate | null |" in format_by_kind(rows)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reason", "ending"),
+    [
+        ("keep", "all 5 legs crossed their boundaries by look 9", "keep"),
+        ("revert", "screen: screen failed: target", "screen"),
+        ("revert", "futility: broken_tool_use evidence favours no effect over 0.8", "futility"),
+        ("revert", "conditional power 0.010 < 0.05 on broken_tool_use", "cond. power"),
+        ("revert", "harm veto: concerning evidence of a 0.3 regression", "harm veto"),
+        ("revert", "no KEEP after 48 rounds", "K rounds"),
+        ("revert", "something new", "other"),
+    ],
+)
+def test_ending_names_the_rule_that_decided(verdict, reason, ending):
+    assert ending_of(Outcome(verdict=verdict, reason=reason, kind="confirm")) == ending
+
+
+def test_cli_by_kind_table_is_printed_and_written(capsys, tmp_path):
+    args = "--runs 2 --budgets 60 --worlds calibrated --rhos 0 --validity-reps 1 --jobs 1 --methods loop_gate"
+    gates.main([*args.split(), "--by-kind", "--out", str(tmp_path)])
+    assert "Where the candidate audits went" in capsys.readouterr().out
+    cells = json.loads((tmp_path / "gates.json").read_text())["cells"]
+    assert cells[0]["by_kind"] and {"kind", "share", "endings"} <= set(cells[0]["by_kind"][0])
+
+
+def test_worlds_apply_their_knobs_and_validate(setup):
+    mnar = setup.cell_params(Cell("mnar", 0.5, 300), 1)
+    assert mnar.missing_mode == "mnar" and mnar.pair_correlation == 0.5
+    trade = setup.cell_params(Cell("trade-offs", 0.0, 300), 1)
+    assert trade.effect_mixture.tradeoff_harm == (0.3, 0.8)
+    assert trade.effect_mixture.harm_target == setup.params.effect_mixture.harm_target
+    with pytest.raises(SystemExit, match="unknown world"):
+        setup.cell_params(Cell("mars", 0.0, 300), 1)
+
+
+def test_harm_is_scored_with_the_contract_tolerance(setup):
+    world = World(setup.cell_params(Cell("calibrated", 0.0, 10), 0), setup.dims, setup.n_seeds)
+    run = SimRun(world, [], 10, "t", [1, 2], tolerance=np.array([0.3, 0.6]))
+    assert run.harms(np.array([0.0, 0.31, 0.0]))
+    assert not run.harms(np.array([0.0, 0.29, 0.59]))
+    assert run.harms(np.array([-1.0, 0.0, 0.61]))
+    with pytest.raises(ValueError, match="tolerances"):
+        SimRun(world, [], 10, "t", [1, 2])
+
+
+def test_every_grid_world_runs(setup):
+    for world in gates.GRID_WORLDS:
+        out = simulate_run(setup, Cell(world, 0.0, 40), run=2)
+        assert out["loop_gate"].used <= 40, world
+
+
+def test_many_to_one_rounds_share_the_champion_audit_and_stay_in_budget(setup):
+    from bench.manytoone import ManyToOneSettings, run_many_to_one
+
+    cell = Cell("calibrated", 0.0, 120)
+    world = World(setup.cell_params(cell, 4), setup.dims, setup.n_seeds)
+    promo = setup.cell_promotion(cell)
+    rng = np.random.default_rng(4)
+    cands = gates.candidate_stream(world, rng, 200, setup.dims[0], promo.critical_dimensions)
+    crit, tol = [1, 2, 3, 4], np.full(4, 0.3)
+    runs = {}
+    for slots in (1, 3):
+        run = SimRun(world, cands, 120, f"m{slots}", crit, tol)
+        run_many_to_one(run, ManyToOneSettings(promo, slots))
+        assert run.used <= 120 and run.notes["alpha_spent"] <= promo.alpha_run + 1e-12
+        runs[slots] = run
+    one, three = runs[1].decisions, runs[3].decisions
+    assert all(d.audits % 2 == 0 for d in one)  # one candidate per round: 2 audits a round
+    assert any(d.audits % 2 != 0 for d in three)  # shared champion: 4/3 audits a round
+    spent = sum(d.audits for d in three) + runs[3].notes["calibration_audits"]
+    assert spent == pytest.approx(runs[3].used)
+    assert len(three) > len(one)  # cheaper comparisons decide more candidates
+    with pytest.raises(ValueError, match="fwer"):
+        run_many_to_one(
+            SimRun(world, cands, 120, "e", crit, tol),
+            ManyToOneSettings(promo.model_copy(update={"error_control": "elond"})),
+        )

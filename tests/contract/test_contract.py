@@ -1,0 +1,82 @@
+"""Contract parsing: strict YAML, clear field errors, canonical hash that any change moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sil.contract.schema import ContractError, load_contract, parse_contract
+from tests.conftest import REPO
+
+TEXT = (REPO / "program.md").read_text()
+
+
+def test_default_contract_parses_and_is_offline() -> None:
+    loaded = parse_contract(TEXT)
+    assert loaded.contract.backend == "sim"
+    assert loaded.contract.offline
+    assert "Research programme" in loaded.programme
+    assert len(loaded.contract.contract_hash) == 64
+
+
+def test_hash_ignores_formatting_but_not_values() -> None:
+    base = parse_contract(TEXT).contract.contract_hash
+    reformatted = TEXT.replace("max_turns: 12", "max_turns:    12   # same value")
+    assert parse_contract(reformatted).contract.contract_hash == base
+    changed = TEXT.replace("max_turns: 12", "max_turns: 13")
+    assert parse_contract(changed).contract.contract_hash != base
+    # The programme is what the mutator reads: changing it changes the run, so the hash.
+    prose_only = TEXT.replace("# Research programme", "# Research programme (v2)")
+    assert parse_contract(prose_only).contract.contract_hash != base
+    trailing_space = TEXT.rstrip("\n") + "\n\n\n"
+    assert parse_contract(trailing_space).contract.contract_hash == base
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fragment"),
+    [
+        ("max_turns: 12", "max_turns: 12\n  max_turns: 14", "duplicate key 'max_turns'"),
+        ("max_turns: 12", "max_turns: 12\n  temperature: 0.3", "measurement.temperature: Extra inputs"),
+        ("max_turns: 12", "max_turns: -1", "measurement.max_turns"),
+        ("backend: sim", "backend: openai", "backend"),
+        ("error_control: fwer", "error_control: fwer\n  alpha_recycle: sometimes", "promotion.alpha_recycle"),
+        ("[broken_tool_use]", "[broken_tool_use, concerning]", "both target_dimensions and critical_dimensions"),
+        ("surfaces: [wrapper_prompt,", "surfaces: [model_choice, wrapper_prompt,", "unknown surfaces"),
+        ("arms: [never, random, gate]", "arms: [random, gate]", "needs the never arm"),
+        (
+            "contract_id: sil-default-sim",
+            "contract_id: sil-default-sim\nparent: " + "a" * 64,
+            "parent and revision_reason",
+        ),
+        (
+            "arm_audits: {never: 24, random: 20, gate: 130}",
+            "arm_audits: {never: 24, random: 30, gate: 9999}",
+            "more than max_audits",
+        ),
+    ],
+)
+def test_invalid_contracts_name_the_field(old: str, new: str, fragment: str) -> None:
+    assert old in TEXT
+    with pytest.raises(ContractError) as info:
+        parse_contract(TEXT.replace(old, new, 1))
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text", ["no front matter", "---\nkey: [unclosed\n---\n", "---\n- a list\n---\n", "---\nx: 1\n"]
+)
+def test_malformed_documents_are_rejected(text: str) -> None:
+    with pytest.raises(ContractError):
+        parse_contract(text)
+
+
+def test_unsafe_yaml_tags_are_refused() -> None:
+    evil = TEXT.replace("contract_id: sil-default-sim", "contract_id: !!python/object/apply:os.system ['true']")
+    with pytest.raises(ContractError):
+        parse_contract(evil)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ContractError, match="cannot read contract"):
+        load_contract(tmp_path / "nope.md")

@@ -1,0 +1,209 @@
+"""Resuming an audit whose loop died: score a finished one, wait for a running one, re-run a
+dead one, halt on unknown; and the test-only fault injection that makes those crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sil.base import faults
+from sil.contract.schema import load_contract
+from sil.exec import attempts, measure
+from sil.exec.attempts import AuditStateUnknown
+from sil.exec.measure import AuditRequest, MeasureContext, run_audit
+from sil.policies.store import PolicyStore
+from tests.exec.test_measure import ScriptBackend, evidence_script
+
+
+@pytest.fixture
+def ctx(workspace: Path) -> MeasureContext:
+    return MeasureContext.from_contract(load_contract(workspace / "program.md").contract, workspace)
+
+
+@pytest.fixture
+def req(workspace: Path) -> AuditRequest:
+    store = PolicyStore(workspace / "run")
+    ps = store.snapshot_dir(workspace / "state" / "policies")
+    return AuditRequest(
+        audit_id="a1",
+        audit_dir=workspace / "run" / "audits" / "a1",
+        policy_dir=store.set_dir(ps),
+        policy_hashes=ps.hashes,
+        tick=0,
+    )
+
+
+def with_timeout(ctx: MeasureContext, seconds: float) -> MeasureContext:
+    m = ctx.contract.measurement.model_copy(update={"audit_timeout_s": seconds})
+    return replace(ctx, contract=ctx.contract.model_copy(update={"measurement": m}))
+
+
+def orphan(req: AuditRequest, ctx: MeasureContext, source: str, launched_ago: float = 0.0) -> subprocess.Popen:
+    """Start an audit the way the loop does, as if the loop then died: nobody waits for it."""
+    req.audit_dir.mkdir(parents=True, exist_ok=True)
+    launch = {"event": "launch", "attempt": 1, "t": round(time.time() - launched_ago, 3)}
+    (req.audit_dir / attempts.ATTEMPTS_FILE).write_text(json.dumps(launch) + "\n")
+    return subprocess.Popen(
+        attempts.wrap(ScriptBackend(source).command(req, ctx), 1),
+        cwd=req.audit_dir,
+        env=measure.audit_env(req, ctx, {}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def counts(audit_dir: Path) -> tuple[int, int]:
+    status = attempts.read_status(audit_dir)
+    return status.launches, status.executions
+
+
+def test_finished_audit_is_scored_not_rerun(ctx, req) -> None:
+    backend = ScriptBackend(evidence_script(ctx, req.policy_hashes))
+    first = run_audit(req, ctx, backend)
+    assert first.ok and counts(req.audit_dir) == (1, 1)
+    again = run_audit(req, ctx, backend)  # as a resumed loop would, with no result.json
+    assert counts(req.audit_dir) == (1, 1)
+    assert again.scores == first.scores and again.ok
+
+
+def test_failed_attempt_stays_a_gap_and_is_not_rerun(ctx, req) -> None:
+    backend = ScriptBackend("import sys; sys.exit(7)")
+    assert "exited 7" in run_audit(req, ctx, backend).gap_reason
+    assert "exited 7" in run_audit(req, ctx, backend).gap_reason
+    assert counts(req.audit_dir) == (1, 1)
+
+
+def test_running_audit_is_awaited_then_scored(ctx, req) -> None:
+    proc = orphan(req, ctx, "import time; time.sleep(1.0)\n" + evidence_script(ctx, req.policy_hashes))
+    assert attempts.read_status(req.audit_dir).state == "running"
+    start = time.monotonic()
+    res = run_audit(req, ctx, ScriptBackend("raise SystemExit('must not be launched')"))
+    assert res.ok, res.gap_reason
+    assert time.monotonic() - start >= 0.5
+    assert counts(req.audit_dir) == (1, 1)
+    proc.wait()
+
+
+def test_overdue_running_audit_is_killed_as_a_timeout(ctx, req) -> None:
+    short = with_timeout(ctx, 1.0)
+    proc = orphan(req, short, "import time; time.sleep(60)", launched_ago=0.5)
+    res = run_audit(req, short, ScriptBackend("raise SystemExit('must not be launched')"))
+    assert res.status == "gap" and "timed out" in res.gap_reason
+    assert proc.wait(timeout=5) != 0
+    assert attempts.read_status(req.audit_dir).state == "timed_out"
+    assert counts(req.audit_dir) == (1, 0)
+
+
+def test_dead_unfinished_audit_is_set_aside_and_rerun(ctx, req) -> None:
+    proc = orphan(
+        req,
+        ctx,
+        "import os, time\nopen(os.environ['SIL_AUDIT_DIR'] + '/evidence.json', 'w').write('{\"torn')\ntime.sleep(60)",
+    )
+    time.sleep(0.5)
+    os.killpg(proc.pid, 9)  # the machine lost it: no exit status was logged
+    proc.wait()
+    status = attempts.await_attempt(req.audit_dir, 30)  # until the killed group is gone
+    assert status.state == "died" and "without an exit status" in status.detail
+    res = run_audit(req, ctx, ScriptBackend(evidence_script(ctx, req.policy_hashes)))
+    assert res.ok, res.gap_reason  # the torn evidence of the dead attempt was not read
+    assert counts(req.audit_dir) == (2, 1)
+    assert (req.audit_dir / f"{attempts.SET_ASIDE_PREFIX}1" / "evidence.json").read_text() == '{"torn'
+
+
+def test_an_operator_shell_in_the_audit_dir_is_not_the_audit(ctx, req) -> None:
+    req.audit_dir.mkdir(parents=True)
+    attempts.log_launch(req.audit_dir, 1)  # the audit died unlogged; someone cd'ed in to look
+    shell = subprocess.Popen(["sleep", "30"], cwd=req.audit_dir, start_new_session=True)
+    try:
+        assert attempts.read_status(req.audit_dir).state == "died"
+        assert run_audit(req, ctx, ScriptBackend(evidence_script(ctx, req.policy_hashes))).ok
+        assert shell.poll() is None, "the operator's process was killed"
+    finally:
+        shell.kill()
+        shell.wait()
+
+
+def test_launch_without_a_process_is_rerun(ctx, req) -> None:
+    req.audit_dir.mkdir(parents=True)
+    attempts.log_launch(req.audit_dir, 1)  # the loop died before the process started
+    assert attempts.read_status(req.audit_dir).state == "died"
+    res = run_audit(req, ctx, ScriptBackend(evidence_script(ctx, req.policy_hashes)))
+    assert res.ok and counts(req.audit_dir) == (2, 1)
+
+
+def test_unreadable_log_is_unknown(ctx, req) -> None:
+    req.audit_dir.mkdir(parents=True)
+    (req.audit_dir / attempts.ATTEMPTS_FILE).write_text('{"event": "launch", "attempt": 1}\nnot json\n')
+    assert attempts.read_status(req.audit_dir).state == "unknown"
+    with pytest.raises(AuditStateUnknown, match="line 2"):
+        run_audit(req, ctx, ScriptBackend("raise SystemExit('must not be launched')"))
+    assert not (req.audit_dir / "stdout.log").exists()
+
+
+def test_torn_last_line_is_ignored_and_cut_before_the_next_launch(ctx, req) -> None:
+    req.audit_dir.mkdir(parents=True)
+    (req.audit_dir / attempts.ATTEMPTS_FILE).write_text('{"event": "launch", "attempt": 1, "t": 1}\n{"event": "st')
+    assert attempts.read_status(req.audit_dir).state == "died"
+    assert run_audit(req, ctx, ScriptBackend(evidence_script(ctx, req.policy_hashes))).ok
+    assert counts(req.audit_dir) == (2, 1)
+
+
+def test_unkillable_overdue_audit_is_unknown(ctx, req, monkeypatch) -> None:
+    short = with_timeout(ctx, 0.5)
+    proc = orphan(req, short, "import time; time.sleep(60)", launched_ago=1.0)
+    monkeypatch.setattr(attempts, "KILL_GRACE_S", 0.2)
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: None)  # a process in D state ignores us
+    with pytest.raises(AuditStateUnknown, match="still alive after SIGKILL"):
+        run_audit(req, short, ScriptBackend("raise SystemExit('must not be launched')"))
+    monkeypatch.undo()
+    os.killpg(proc.pid, 9)
+    proc.wait()
+
+
+# ---------------------------------------------------------------- fault injection
+
+
+def test_crashpoint_is_a_noop_without_the_variable(monkeypatch) -> None:
+    monkeypatch.delenv(faults.CRASH_ENV, raising=False)
+    for name in faults.CRASH_POINTS:
+        faults.crashpoint(name)
+
+
+@pytest.mark.parametrize("spec", ["nope:1", "apply.before_write", "apply.before_write:0", "apply.before_write:x"])
+def test_bad_fault_spec_is_refused(spec: str) -> None:
+    with pytest.raises(faults.FaultSpecError):
+        faults.parse_spec(spec)
+
+
+def test_crashpoint_kills_on_the_kth_visit() -> None:
+    code = (
+        "import sys\nfrom sil.base.faults import crashpoint\n"
+        "for i in range(5):\n    print(i, flush=True)\n    crashpoint('apply.before_write')\n"
+    )
+    env = {**os.environ, faults.CRASH_ENV: "apply.before_write:3"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
+    assert proc.returncode == -9
+    assert proc.stdout.split() == ["0", "1", "2"]
+
+
+def test_audit_subprocess_never_inherits_the_fault(ctx, req, monkeypatch) -> None:
+    monkeypatch.setenv(faults.CRASH_ENV, "settle.before_save:1")
+    env = measure.audit_env(req, ctx, {})
+    assert faults.CRASH_ENV not in env

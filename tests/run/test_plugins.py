@@ -1,0 +1,125 @@
+"""A package of the user's own adds an audit backend and a proposer without editing SIL.
+
+The throw-away package below is found only through its entry points (`sil.backends`,
+`sil.proposers`), the way an installed extension is; `sil run` then audits with its backend
+and asks its proposer for candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sil.contract.schema import load_contract
+from sil.exec import backends
+from sil.search import proposers
+from tests.conftest import REPO
+from tests.run.test_train import shrink
+
+PLUGIN = """
+from pathlib import Path
+
+from sil.exec.backends import register_backend
+from sil.exec.backends.sim import SimBackend
+from sil.search.proposers import register_proposer
+from sil.search.proposers.catalogue import CatalogueProposer
+
+TAG = "[sil_echo] "
+
+
+@register_backend("echo")
+class EchoBackend(SimBackend):
+    name = "echo"
+    note = "echo backend: the simulated audit, run through a plugin"
+
+    def command(self, req, ctx):
+        cmd = super().command(req, ctx)  # the world's settings come from the plugin, not the contract
+        (req.audit_dir / "sim_params.json").write_text((Path(__file__).parent / "params.json").read_text())
+        return cmd
+
+
+class Tagged:
+    name = "offline/first-edit"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def propose(self, request):
+        proposal = self.inner.propose(request)
+        if proposal.mutation is None:
+            return proposal
+        m = proposal.mutation
+        return proposal.model_copy(update={"mutation": m.model_copy(update={"hypothesis": TAG + m.hypothesis})})
+
+
+@register_proposer("offline/first-edit")
+def first_edit(loaded):
+    c = loaded.contract
+    return Tagged(CatalogueProposer(c.search_space.surfaces, c.promotion.target_dimensions, None))
+"""
+
+
+def make_plugin(where: Path) -> Path:
+    """A package `sil_echo` with installed-package metadata declaring its entry points."""
+    where.mkdir()
+    (where / "sil_echo.py").write_text(PLUGIN)
+    sim = load_contract(REPO / "program.md").contract.sim
+    assert sim is not None
+    (where / "params.json").write_text(sim.model_dump_json())
+    meta = where / "sil_echo-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sil-echo\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text(
+        '[sil.backends]\necho = sil_echo\n\n[sil.proposers]\n"offline/first-edit" = sil_echo:first_edit\n'
+    )
+    return where
+
+
+@pytest.fixture
+def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = make_plugin(tmp_path / "plugin")
+    monkeypatch.syspath_prepend(str(path))
+    return path
+
+
+def test_entry_points_make_the_plugin_discoverable(plugin_path: Path) -> None:
+    assert "echo" in backends.available()
+    assert backends.make_backend("echo").note.startswith("echo backend")
+    assert "offline/first-edit" in proposers.available()
+
+
+def test_an_unknown_backend_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown audit backend 'nope'; known: .*petri.*sim"):
+        backends.make_backend("nope")
+
+
+def test_builtin_names_cannot_be_taken() -> None:
+    with pytest.raises(ValueError, match="built in"):
+        backends.register_backend("sim")(object)  # type: ignore[arg-type]
+
+
+def test_a_run_uses_the_plugins_backend_and_proposer(tmp_path: Path, workspace: Path) -> None:
+    plugin = make_plugin(tmp_path / "plugin")
+    contract = shrink(workspace) / "program.md"
+    text = contract.read_text()
+    text = text.replace("backend: sim ", "backend: echo ", 1)
+    text = text.replace("mutator: {model: scripted/mutator}", "mutator: {model: offline/first-edit}", 1)
+    text = re.sub(r"(?ms)^sim:.*?(?=^---)", "", text, count=1)  # the sim section is the sim backend's
+    text = re.sub(r"canary_max_shift: 1.0", "canary_max_shift: null", text, count=1)  # it would call sim/judge
+    contract.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(plugin)}
+    sil = Path(sys.executable).parent / "sil"
+    done = subprocess.run([str(sil), "run", "--run-id", "p1"], cwd=workspace, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    records = [json.loads(line) for line in (workspace / "state/runs/p1/ledger.jsonl").read_text().splitlines()]
+    run = next(r["payload"] for r in records if r["type"] == "contract")
+    assert run["backend"] == "echo" and run["models"]["mutator"] == "offline/first-edit"
+    assert run["note"].startswith("echo backend")
+    hypotheses = [r["payload"]["mutation"]["hypothesis"] for r in records if r["type"] == "mutation"]
+    assert hypotheses and all(h.startswith("[sil_echo] ") for h in hypotheses)
