@@ -10,7 +10,7 @@
 - fixed_k: the single-audit rule as a screen, then K fresh replicates whose mean must pass
   the same rule; a KEEP stores the replicate mean as the baseline.
 - loop_gate: the loop's own arm policy (`sil.stats.judges.GateJudge` and `certify`, the code the loop
-  runs), driven as `loop/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
+  runs), driven as `sil/run/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
   A/A calibration pairs first (tests/test_bench_equivalence.py holds the two drivers equal).
 - random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
 """
@@ -170,7 +170,7 @@ class ArmFeed:
 def drive_candidate_arm(
     judge: Judge, shared: JudgeState, candidates: int, feed: ArmFeed, max_candidates: int | None = None
 ) -> tuple[JudgeState, list[Outcome]]:
-    """The loop's candidate arm (loop/arms.CandidateArm) without its persistence: the same judge,
+    """The loop's candidate arm (sil/run/arms.CandidateArm) without its persistence: the same judge,
     the same stop rules and budget checks, one outcome per candidate decided."""
     outcomes: list[Outcome] = []
     for index in range(candidates):

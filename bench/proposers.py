@@ -2,7 +2,7 @@
 
 Layer L5. Each simulated run draws a world (seed difficulties, drift, hidden mechanisms per
 seed: `world_seed` and `landscape_seed` vary with the run) and runs the gate arm's policy
-with each proposer on it: the loop's own proposers (`loop/proposers`) asked with the loop's
+with each proposer on it: the loop's own proposers (`sil/search/proposers`) asked with the loop's
 own `ProposalRequest` and `MutatorContext` (`sil/search/evidence.py`), every candidate judged by the
 loop's `GateJudge` and its final champion certified with `sil.stats.judges.certify`, exactly as
 `sil/run/arms.py` and `sil/run/certify.py` call them. Only the audit is in-process: scores and

@@ -168,3 +168,10 @@ def test_function_level_and_relative_imports_are_seen(tmp_path: Path) -> None:
     src.parent.mkdir()
     src.write_text("def f():\n    import train\n    from . import a\n")
     assert imported(src, "pkg.b", modules) == {"train", "pkg.a"}
+
+
+def test_the_readme_layout_lists_the_layers_in_order() -> None:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert listed == list(LAYERS), "README.md's layout table must list sil.LAYERS, in order"

@@ -1,6 +1,6 @@
 """What the review commands do around a run: check, plan, replicate, promote.
 
-Each function returns a process exit code (loop/errors.ExitCode). `sil run` itself is
+Each function returns a process exit code (sil/base/errors.ExitCode). `sil run` itself is
 train.execute_run.
 """
 

@@ -2,7 +2,7 @@
 
 Checks, in order: the hash chain (`ledger.verify_bytes`, which also refuses any record after
 a `stop` that does not open a segment); every checkpoint in git is still a prefix of the
-ledger; the trust the run declared in its first record (loop/records.Trust). A signed run, or
+ledger; the trust the run declared in its first record (sil/integrity/records.Trust). A signed run, or
 any verify with `--require-signed` or an explicit `--allowed-signers`, needs signed checkpoints
 only, by the declared signer, checked against an allowed_signers file from outside the
 repository, and its `stop` and every `segment` record covered by one of them. With an outside

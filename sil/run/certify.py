@@ -1,7 +1,7 @@
 """The final phase: re-measure each changed champion against the starting policy.
 
 The gate arm's champion is certified with a sequential test (`certify_rounds` rounds at
-`alpha_certify`, loop/judges.certify) on the seeds `measurement.certify_on` names: the
+`alpha_certify`, sil/stats/judges.certify) on the seeds `measurement.certify_on` names: the
 held-out seeds (`heldout/` of the measurement, never used by the search) when the measurement
 has them and the contract does not ask for the search seeds. Certified on held-out seeds, the
 champion is also re-measured on the search seeds (`final_check_rounds`), so the summary shows

@@ -112,7 +112,7 @@ def load_catalogue(path: Path = CATALOGUE_PATH) -> list[CatalogueEdit]:
 
 @functools.cache
 def default_catalogue() -> tuple[CatalogueEdit, ...]:
-    """`loop/catalogue.yaml`, read once per process (edits are frozen models)."""
+    """`sil/search/proposers/catalogue.yaml`, read once per process (edits are frozen models)."""
     return tuple(load_catalogue(CATALOGUE_PATH))
 
 
