@@ -15,56 +15,28 @@ point group (the entry point names the module to import, or the backend class it
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from importlib import metadata
-from typing import TypeVar
 
+from sil.base.registry import Registry
 from sil.exec.measure import AuditBackend
 
 ENTRY_POINT_GROUP = "sil.backends"
-# built-in backend name -> "module:class", imported on first use
-BUILTIN: dict[str, str] = {
-    "sim": "sil.exec.backends.sim:SimBackend",
-    "petri": "sil.exec.backends.petri:PetriBackend",
-}
-_REGISTERED: dict[str, Callable[[], AuditBackend]] = {}
-B = TypeVar("B", bound=Callable[[], AuditBackend])
-
-
-def register_backend(name: str) -> Callable[[B], B]:
-    """Decorator: make `make_backend(name)` build the decorated class (or zero-argument factory)."""
-
-    def add(factory: B) -> B:
-        if name in BUILTIN:
-            raise ValueError(f"backend name {name!r} is built in; choose another")
-        _REGISTERED[name] = factory
-        return factory
-
-    return add
-
-
-def _from_entry_points(name: str) -> Callable[[], AuditBackend] | None:
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP, name=name):
-        loaded = ep.load()  # importing the module runs its @register_backend
-        if name not in _REGISTERED and callable(loaded):
-            _REGISTERED[name] = loaded
-    return _REGISTERED.get(name)
+BACKENDS: Registry[Callable[[], AuditBackend]] = Registry(
+    "backend",
+    ENTRY_POINT_GROUP,
+    {"sim": "sil.exec.backends.sim:SimBackend", "petri": "sil.exec.backends.petri:PetriBackend"},
+)
+register_backend = BACKENDS.register
 
 
 def available() -> list[str]:
     """Every backend name a contract may use: built in, registered, or offered by an entry point."""
-    names = set(BUILTIN) | set(_REGISTERED) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    return sorted(names)
+    return BACKENDS.names()
 
 
 def make_backend(name: str) -> AuditBackend:
     """A fresh backend instance for the contract's backend name."""
-    if name in BUILTIN:
-        module, _, cls = BUILTIN[name].partition(":")
-        backend: AuditBackend = getattr(importlib.import_module(module), cls)()
-        return backend
-    factory = _REGISTERED.get(name) or _from_entry_points(name)
+    factory = BACKENDS.get(name)
     if factory is None:
         raise ValueError(
             f"unknown audit backend {name!r}; known: {', '.join(available())} "

@@ -15,9 +15,9 @@ the module to import, or the factory itself; quote the name, it contains a slash
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
+from sil.base.registry import Registry
 from sil.contract.schema import LoadedContract, catalogue_path
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest, Proposer, ProposerError
 from sil.search.proposers.catalogue import OFFLINE_CATALOGUE, CatalogueProposer, load_catalogue
@@ -25,6 +25,7 @@ from sil.search.proposers.llm import LLMProposer
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PROPOSERS",
     "LLMProposer",
     "MutatorCall",
     "Proposal",
@@ -49,32 +50,13 @@ def _catalogue(loaded: LoadedContract) -> Proposer:
 
 
 # Mutator model name -> factory(loaded contract).
-_REGISTERED: dict[str, Factory] = {OFFLINE_CATALOGUE: _catalogue}
-
-
-def register_proposer(model: str) -> Callable[[Factory], Factory]:
-    """Decorator: make the mutator model name `model` build its proposer with the decorated factory."""
-
-    def add(factory: Factory) -> Factory:
-        if model == OFFLINE_CATALOGUE:
-            raise ValueError(f"proposer name {model!r} is built in; choose another")
-        _REGISTERED[model] = factory
-        return factory
-
-    return add
-
-
-def _from_entry_points(model: str) -> Factory | None:
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP, name=model):
-        loaded = ep.load()  # importing the module runs its @register_proposer
-        if model not in _REGISTERED and callable(loaded):
-            _REGISTERED[model] = loaded
-    return _REGISTERED.get(model)
+PROPOSERS: Registry[Factory] = Registry("proposer", ENTRY_POINT_GROUP, {OFFLINE_CATALOGUE: _catalogue})
+register_proposer = PROPOSERS.register
 
 
 def available() -> list[str]:
     """Every proposer name registered or offered by an entry point (the LLM mutator takes any other)."""
-    return sorted(set(_REGISTERED) | {ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
+    return PROPOSERS.names()
 
 
 def make_proposer(loaded: LoadedContract) -> Proposer:
@@ -84,7 +66,7 @@ def make_proposer(loaded: LoadedContract) -> Proposer:
             f"make_proposer needs a LoadedContract (contract and programme), not {type(loaded).__name__}"
         )
     model = loaded.contract.models.mutator.model
-    factory = _REGISTERED.get(model) or _from_entry_points(model)
+    factory = PROPOSERS.get(model)
     if factory is not None:
         return factory(loaded)
     if model.startswith("offline/"):
