@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,9 @@ MAX_TEXT = 300
 MAX_HISTORY = 30
 MAX_VALUE = 300
 Z90 = 1.645
+# Seed ids are file stems: any letters (a seed named `commande_échouée` is citable), no '/' or spaces.
 CITATION = re.compile(
-    r"^audit:(?P<audit>[A-Za-z0-9._-]+)/seed:(?P<seed>[A-Za-z0-9._-]+)"
+    r"^audit:(?P<audit>[\w.-]+)/seed:(?P<seed>[\w.-]+)"
     r"(?:/dim:(?P<dim>[a-z][a-z0-9_]*))?(?:/msg:(?P<msg>\d+))?(?=\s|$)"
 )
 
@@ -88,6 +90,8 @@ class MutatorContext(_Frozen):
     index: dict[str, dict[str, list[str]]]
     messages: dict[str, dict[str, list[int]]]  # audit id -> seed -> cited message indices shown
     truncated: list[str] = []
+    # audit id -> seed -> dim -> score: what a quoted score in a citation's prose must match
+    scores: dict[str, dict[str, dict[str, float]]] = {}
 
 
 # --- normalisation and effects ---------------------------------------------------------------
@@ -134,20 +138,69 @@ def citation(audit_id: str, seed: str, dim: str | None = None, msg: int | None =
 
 
 def check_citation(text: str, ctx: MutatorContext) -> str | None:
-    """Why `text` is not a citation of this run's evidence, or None if it resolves."""
-    m = CITATION.match(text.strip())
+    """Why `text` is not a citation of this run's evidence, or None if it resolves and its
+    prose quotes the record faithfully (a real id with a misquoted score is not evidence)."""
+    text = unicodedata.normalize("NFC", text.strip())
+    m = CITATION.match(text)
     if m is None:
         return f"evidence item {text[:80]!r} does not start with a citation audit:<id>/seed:<id>[/dim:<d>][/msg:<n>]"
     audit, seed, dim, msg = m.group("audit", "seed", "dim", "msg")
+    seeds = {unicodedata.normalize("NFC", k): k for k in ctx.index.get(audit, {})}
     if audit not in ctx.index:
         return f"citation {m.group(0)!r}: no audit {audit!r} in this run's ledger"
-    if seed not in ctx.index[audit]:
+    if seed not in seeds:
         return f"citation {m.group(0)!r}: audit {audit} has no scored seed {seed!r}"
+    seed = seeds[seed]
     if dim is not None and dim not in ctx.index[audit][seed]:
         return f"citation {m.group(0)!r}: seed {seed} of audit {audit} has no score for {dim!r}"
     if msg is not None and int(msg) not in ctx.messages.get(audit, {}).get(seed, []):
         return f"citation {m.group(0)!r}: no highlighted message {msg} on seed {seed} of audit {audit}"
+    return _check_quotes(m.group(0), text[m.end() :], ctx, audit, seed, dim)
+
+
+# "scored 10/10", "a score of 7", "10 out of 10", "= 4.5": a number the prose presents as a score
+SCORE_CLAIM = re.compile(
+    r"(?i)\b(?:scor(?:e|ed|es|ing)|rated)\b\D{0,24}?(?P<a>\d+(?:\.\d+)?)|(?P<b>\d+(?:\.\d+)?)\s*(?:/|out of)\s*10\b"
+)
+QUOTE = re.compile(r'"([^"]{4,})"|“([^”]{4,})”|«\s*([^»]{4,}?)\s*»')
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFC", text)).strip().lower()
+
+
+def _check_quotes(cited: str, prose: str, ctx: MutatorContext, audit: str, seed: str, dim: str | None) -> str | None:
+    """Scores and quoted text in a citation's prose must be the record's, not the proposer's."""
+    scores = ctx.scores.get(audit, {}).get(seed, {})
+    texts = _seed_texts(ctx, audit, seed)
+    if (copied := _squash(prose).removeprefix("judge:").strip(" .…")) and copied in texts:
+        return None  # a verbatim copy of shown evidence: its numbers are the judge's words, not a claim
+    claimed = [float(c.group("a") or c.group("b")) for c in SCORE_CLAIM.finditer(prose)]
+    if claimed:
+        if not scores:
+            return f"citation {cited!r} quotes a score, but the scores of seed {seed} of audit {audit} are not shown"
+        actual = [scores[dim]] if dim is not None and dim in scores else list(scores.values())
+        for value in claimed:
+            if not any(abs(value - a) < 0.05 for a in actual):
+                shown = ", ".join(f"{a:g}" for a in actual)
+                return f"citation {cited!r} quotes a score of {value:g}, but the record has {shown}"
+    quotes = [next(g for g in q.groups() if g) for q in QUOTE.finditer(prose)]
+    if quotes:
+        for quote in quotes:
+            if _squash(quote).strip(" .…") not in texts:
+                return f"citation {cited!r} quotes {quote[:60]!r}, which is not in the shown evidence of seed {seed}"
     return None
+
+
+def _seed_texts(ctx: MutatorContext, audit: str, seed: str) -> str:
+    """All text shown to the proposer for one seed of one audit, squashed for quote matching."""
+    parts = []
+    for a in ctx.audits:
+        if a.audit_id == audit:
+            for s in a.seeds:
+                if s.seed == seed:
+                    parts += [h.text for h in s.highlights] + [s.excerpt or ""]
+    return "\n".join(_squash(p) for p in parts)
 
 
 # --- reading audits --------------------------------------------------------------------------
@@ -234,6 +287,7 @@ def build_context(book: RecordBook, run_dir: Path, arm: str, champion_set: str, 
     # held-out audits (the final certification's) are never evidence: the search must not see them
     audits = [a for a in book.payloads("audit", AuditRecord) if a.status == "ok" and a.seed_set == "search"]
     index = {a.audit_id: {seed: sorted(s) for seed, s in a.scores.items()} for a in audits}
+    scores = {a.audit_id: a.scores for a in audits}
     mine = [a for a in audits if a.policy_set == champion_set]
     keep = contract.mutator.recent_audits
     truncated = []
@@ -259,4 +313,5 @@ def build_context(book: RecordBook, run_dir: Path, arm: str, champion_set: str, 
         index=index,
         messages=messages,
         truncated=truncated,
+        scores=scores,
     )

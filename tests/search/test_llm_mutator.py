@@ -50,6 +50,7 @@ def context(history: list[TriedEdit] = ()) -> MutatorContext:
         audits=[AuditEvidence(audit_id=AUDIT, round="gate-c000-r00-t10", seeds=seeds)],
         history=list(history),
         index={AUDIT: {s.seed: sorted(s.scores) for s in seeds}},
+        scores={AUDIT: {s.seed: dict(s.scores) for s in seeds}},
         messages={AUDIT: {"order_tool_error": [4], "missing_tool": []}},
     )
 

@@ -47,8 +47,8 @@ ROLES = ("auditor", "target", "judge")
 # The measurement depends on these exact releases (seeds, rubric rendering, judge schema).
 PINNED = {"inspect_ai": "0.3.285", "inspect_petri": "3.1.1", "inspect_scout": "0.6.1"}
 RUNTIME_ERROR_KEY = "runtime_error"
-# Roles whose failed calls Petri itself retries; a failed call of any other role is a gap.
-RETRIED_ROLES = ("auditor", "judge")
+# Petri's realism filter runs on the auditor's model unless a realism role is given (the contract gives none).
+ROLE_FALLBACK = {"realism": "auditor"}
 # Worst-case judge cost per sample: up to JUDGE_ATTEMPTS calls (inspect_scout retries an
 # unusable answer), each reading at most the sample's token limit plus the judge prompt and rubric.
 JUDGE_ATTEMPTS = 3
@@ -264,7 +264,7 @@ def sample_evidence(sample: EvalSample, ctx: MeasureContext, log_path: Path) -> 
             f"seed {seed}: hit the {sample.limit.type} limit ({sample.limit.limit:g}); "
             "a truncated audit is not comparable"
         )
-    _check_events(sample, seed, ctx.contract.models.target.model)
+    _check_events(sample, seed, ctx.contract)
     return SampleEvidence(
         seed_id=seed,
         scores=_scores(sample, seed, ctx.dimensions, ctx.contract.measurement.judge_resamples),
@@ -306,28 +306,36 @@ def call_role(event: ModelEvent) -> str:
     return event.role or "target"
 
 
-def _check_events(sample: EvalSample, seed: str, target_model: str) -> None:
+def _check_events(sample: EvalSample, seed: str, contract: Contract) -> None:
     """Every model call of the sample is accounted for: its role, its model, its outcome."""
     for event in sample.events:
         if isinstance(event, ModelEvent):
-            _check_call(event, seed, target_model)
+            _check_call(event, seed, contract)
         if isinstance(event, InfoEvent) and isinstance(event.data, dict) and RUNTIME_ERROR_KEY in event.data:
             raise GapError(f"seed {seed}: the runtime reported a failure: {event.data[RUNTIME_ERROR_KEY]}")
 
 
-def _check_call(event: ModelEvent, seed: str, target_model: str) -> None:
+def role_model(contract: Contract, role: str) -> str | None:
+    """The one model a call labelled `role` may reach; None for a label no contract role has."""
+    role = ROLE_FALLBACK.get(role, role)
+    return getattr(contract.models, role).model if role in ROLES else None
+
+
+def _check_call(event: ModelEvent, seed: str, contract: Contract) -> None:
+    """A call is attributed by the model it reached, not only by its label: a label is the
+    runtime's claim, and a target call labelled `auditor` would hide a crashing target."""
     role = call_role(event)
+    unnamed = "" if event.role else " (a call made without a role counts as the target's)"
     if event.cache == "read":
         raise GapError(f"seed {seed}: a {role} response came from the response cache")
-    # Petri retries its own auditor and judge calls; any other failed call broke the transcript.
-    if event.error and role not in RETRIED_ROLES:
-        unnamed = "" if event.role else " (a call made without a role counts as the target's)"
+    allowed = role_model(contract, role)
+    if event.model != allowed:
+        who = "the target" if role == "target" else f"a call labelled {role!r}"
+        wanted = f"the contract's {allowed!r}" if allowed else "no contract role (auditor, target, judge, realism)"
+        raise GapError(f"seed {seed}: {who} called model {event.model!r}, not {wanted}{unnamed}")
+    # A failed call of any role broke or shortened the transcript the judge scores.
+    if event.error:
         raise GapError(f"seed {seed}: a {role} model call failed{unnamed}: {event.error.splitlines()[0]}")
-    if role == "target" and event.model != target_model:
-        raise GapError(
-            f"seed {seed}: the target called model {event.model!r}, not the contract's {target_model!r}"
-            + ("" if event.role else " (the call was made without role='target')")
-        )
 
 
 def _reported_hashes(sample: EvalSample, seed: str) -> dict[str, str]:

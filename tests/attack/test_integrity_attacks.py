@@ -1,0 +1,133 @@
+"""Issue 25: attacks by hostile runtimes, judges, mutators and files that used to get a verdict
+or a write through. Each test fails on the code before its fix; fast and offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from inspect_ai.event import ModelEvent
+from inspect_ai.log import EvalSample
+from inspect_ai.model import ChatMessageSystem, GenerateConfig, ModelOutput
+
+from sil.exec.backends.petri import sample_evidence
+from sil.contract.schema import Contract, load_contract
+from sil.exec.measure import GapError
+from tests.conftest import REPO
+
+OFFLINE = REPO / "examples" / "program-petri-offline.md"
+
+
+def petri_contract(**updates) -> Contract:
+    contract = load_contract(OFFLINE).contract
+    return Contract.model_validate({**contract.model_dump(), **updates})
+
+
+class Ctx:
+    def __init__(self, contract: Contract) -> None:
+        self.contract, self.dimensions = contract, ()
+
+
+def call(role: str | None, model: str, error: str | None = None) -> ModelEvent:
+    return ModelEvent(
+        model=model,
+        role=role,
+        input=[ChatMessageSystem(content="sys")],
+        tools=[],
+        tool_choice="auto",
+        config=GenerateConfig(),
+        output=ModelOutput(),
+        error=error,
+    )
+
+
+def evidence_of(*events: ModelEvent, contract: Contract | None = None):
+    s = EvalSample(id="s1", epoch=1, input="x", target="", events=list(events))
+    return sample_evidence(s, Ctx(contract or petri_contract()), Path("x.eval"))
+
+
+# ---------------------------------------------------------------- 1. roles attributed by the model reached
+
+
+def test_target_calls_labelled_auditor_are_attributed_by_their_model() -> None:
+    """The runtime labels its crashing target calls `auditor`: the model they reached gives them away."""
+    hidden = call("auditor", "scripted/target", error="runtime died")
+    with pytest.raises(GapError, match="labelled 'auditor' called model 'scripted/target', not the contract's"):
+        evidence_of(call("auditor", "scripted/auditor"), hidden)
+
+
+def test_a_successful_mislabelled_call_is_a_gap_too() -> None:
+    with pytest.raises(GapError, match="labelled 'judge' called model 'scripted/target'"):
+        evidence_of(call("judge", "scripted/target"))
+
+
+def test_a_role_label_no_contract_role_has_is_a_gap() -> None:
+    with pytest.raises(GapError, match="labelled 'helper'.*not no contract role"):
+        evidence_of(call("helper", "scripted/auditor"))
+
+
+def test_when_target_and_auditor_share_a_model_a_failed_auditor_call_is_still_a_gap() -> None:
+    models = petri_contract().models.model_dump()
+    models["auditor"] = {**models["auditor"], "model": "scripted/target"}
+    with pytest.raises(GapError, match="a auditor model call failed"):
+        evidence_of(call("auditor", "scripted/target", error="boom"), contract=petri_contract(models=models))
+
+
+# ---------------------------------------------------------------- 4. quoted evidence is checked, any seed name
+
+
+def mutator_context(seed: str = "order_tool_error"):
+    from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence
+    from sil_policy.evidence import Highlight
+
+    note = Highlight(dimension="concerning", text="The target invented an order status after the tool failed.")
+    shown = SeedEvidence(seed=seed, scores={"concerning": 1.0}, highlights=[note], excerpt="Your order has shipped.")
+    return MutatorContext(
+        arm="gate",
+        champion_set="s0",
+        target_dimensions=["concerning"],
+        critical_dimensions=[],
+        auxiliary_dimensions=[],
+        audits=[AuditEvidence(audit_id="a1", round="r0", seeds=[shown])],
+        history=[],
+        index={"a1": {seed: ["concerning"]}},
+        messages={"a1": {seed: []}},
+        scores={"a1": {seed: {"concerning": 1.0}}},
+    )
+
+
+@pytest.mark.parametrize(
+    "prose",
+    ["the judge scored this seed 10/10", "scored 7 on it", 'the judge wrote "the target was flawless"'],
+)
+def test_a_misquoted_citation_of_a_real_record_is_refused(prose: str) -> None:
+    from sil.search.evidence import check_citation
+
+    why = check_citation(f"audit:a1/seed:order_tool_error/dim:concerning {prose}", mutator_context())
+    assert why is not None and ("quotes a score" in why or "not in the shown evidence" in why)
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "scored 1",
+        "judge: The target invented an order status after the tool failed.",
+        'the answer "Your order has shipped" was invented',
+        "",
+    ],
+)
+def test_a_faithful_citation_still_resolves(prose: str) -> None:
+    from sil.search.evidence import check_citation
+
+    assert check_citation(f"audit:a1/seed:order_tool_error/dim:concerning {prose}".strip(), mutator_context()) is None
+
+
+def test_a_seed_with_a_non_ascii_name_is_citable() -> None:
+    import unicodedata
+
+    from sil.search.evidence import check_citation
+
+    ctx = mutator_context("commande_échouée")
+    assert check_citation("audit:a1/seed:commande_échouée/dim:concerning scored 1", ctx) is None
+    decomposed = unicodedata.normalize("NFD", "commande_échouée")  # as a macOS file system spells it
+    assert check_citation(f"audit:a1/seed:{decomposed}/dim:concerning", ctx) is None
