@@ -246,7 +246,8 @@ def parse_surface(name: str, data: bytes) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise PolicyError(f"{name} policy nests arrays/objects {depth} deep; at most {MAX_DEPTH}")
     try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=reject_duplicate_keys)
+        # utf-8-sig: a byte-order mark some Windows editors write is formatting, not content
+        document = json.loads(data.decode("utf-8-sig"), object_pairs_hook=reject_duplicate_keys)
     except UnicodeDecodeError as ex:
         raise PolicyError(f"{name} policy is not UTF-8: {ex}") from None
     except json.JSONDecodeError as ex:

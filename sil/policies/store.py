@@ -76,9 +76,16 @@ class PolicyStore:
         self.check_set(policy_set)
         return policy_set
 
-    def store_documents(self, documents: dict[str, dict]) -> PolicySet:
-        """Store a set given as validated documents (canonical bytes)."""
+    def store_documents(self, documents: dict[str, dict], base: PolicySet | None = None) -> PolicySet:
+        """Store a set given as validated documents: a surface whose document means the same as
+        `base`'s keeps base's bytes (the user's own formatting), any other is written canonical.
+        Rewriting an untouched file would change its hash and make it look edited by hand."""
         data = {name: canonical_bytes(documents[name]) for name in SURFACES}
+        if base is not None:
+            for name, spec in SURFACES.items():
+                kept = (self.set_dir(base) / spec.filename).read_bytes()
+                if same_meaning(name, kept, data[name]):
+                    data[name] = kept
         policy_set = PolicySet(hashes={n: content_hash(b) for n, b in data.items()})
         dest = self.set_dir(policy_set)
         for name, spec in SURFACES.items():
@@ -126,7 +133,8 @@ class PolicyStore:
         target = source.hashes[surface]
         if current == target:
             return
-        if current != expect_current:
+        path = self.working_dir(arm) / SURFACES[surface].filename
+        if current != expect_current and not self._means(surface, path, source, expect_current):
             raise HandEditedPolicy(
                 f"{self.working_dir(arm) / SURFACES[surface].filename} was changed outside the loop "
                 f"(hash {str(current)[:12]}, loop wrote {expect_current[:12]}); it is not reverted "
@@ -136,3 +144,25 @@ class PolicyStore:
         atomic_write_bytes(self.working_dir(arm) / SURFACES[surface].filename, data)
         if self.working_hash(arm, surface) != target:
             raise HandEditedPolicy(f"writing {surface} did not produce the expected bytes")
+
+    def _means(self, surface: str, path: Path, source: PolicySet, expect: str) -> bool:
+        """Whether the working file says what the loop wrote, in other formatting (an editor
+        re-saving it with CRLF or a BOM): by meaning it was not changed, so it may be replaced."""
+        wrote = next((d for d in self.sets_dir.glob(f"*/{SURFACES[surface].filename}") if _hash(d) == expect), None)
+        if wrote is None or not path.is_file():
+            return False
+        return same_meaning(surface, path.read_bytes(), wrote.read_bytes())
+
+
+def _hash(path: Path) -> str:
+    return content_hash(path.read_bytes())
+
+
+def same_meaning(surface: str, a: bytes, b: bytes) -> bool:
+    """Whether two files of a structured surface hold the same document (formatting aside)."""
+    if a == b:
+        return True
+    try:
+        return parse_surface(surface, a) == parse_surface(surface, b)
+    except PolicyError:
+        return False

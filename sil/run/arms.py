@@ -136,7 +136,7 @@ class CandidateArm:
             new_doc = apply_mutation(mutation, champion, rc.contract.search_space.surfaces)
         except MutationError as ex:
             raise Halt(f"the proposer's mutation {mutation.mutation_id} does not apply: {ex}") from None
-        candidate = rc.store.store_documents({**champion, mutation.surface: new_doc})
+        candidate = rc.store.store_documents({**champion, mutation.surface: new_doc}, base=arm.champion)
         arm.pending = Pending(index=index, mutation=mutation, parent=arm.champion, candidate=candidate)
         arm.candidates += 1
         crashpoint("propose.before_save")
