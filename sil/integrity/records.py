@@ -256,6 +256,7 @@ class CanaryRecord(Payload):
     halted: bool
     usd: float = 0.0  # what re-judging with a paid judge cost (0 for the simulated or an offline judge)
     calls: int = 0
+    unusable: str | None = None  # why the judge's answers could not be compared (a failed canary)
 
 
 class SurfaceProbe(Payload):

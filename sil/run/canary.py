@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,11 +127,26 @@ def model_rejudge(
         calls = [c for c in out.message.tool_calls or [] if c.function == "answer"]
         if not calls:
             raise Halt(f"judge-drift canary: {judge.model} gave no answer for the stored transcript {item.id}")
-        scores[item.id] = {
-            d: float(v) for d, v in calls[0].arguments.items() if d in dims and isinstance(v, int | float)
-        }
+        scores[item.id] = usable_scores(calls[0].arguments, [d for d in dims if d in item.reference], item.id)
         usd += cost
     return Rejudged(scores=scores, usd=round(usd, 6), calls=len(items))
+
+
+def usable_scores(answer: dict[str, Any], dims: list[str], item: str) -> dict[str, float]:
+    """Every compared dimension as a finite 1-10 number; an answer that is not is unusable, and an
+    unusable canary is a failed canary (a string or NaN must never read as "no shift")."""
+    lo, hi = SCORE_RANGE
+    out = {}
+    for dim in dims:
+        v = answer.get(dim)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
+            raise UnusableCanary(f"the judge's answer for the stored transcript {item} has no 1-10 number for {dim}")
+        out[dim] = float(v)
+    return out
+
+
+class UnusableCanary(Halt):
+    """The judge's re-judging gave answers the canary cannot compare."""
 
 
 def _journal(work_dir: Path | None, label: str, n: int, item: CanaryItem) -> CallJournal:
@@ -185,6 +201,11 @@ def canary_check(rc: RunContext, label: str) -> None:
         record = measure_shift(rc, label, limit)
         if rc.book.once(key, record) is not None:
             rc.state.usd += record.usd
+    if record.halted and record.unusable:
+        raise Halt(
+            f"judge-drift canary ({label}, tick {record.tick}) failed: {record.unusable}; a judge whose "
+            "answers cannot be compared may have changed, so no comparison across this run is trustworthy"
+        )
     if record.halted:
         worst = max(record.shift, key=lambda d: abs(record.shift[d]))
         raise Halt(
@@ -205,10 +226,17 @@ def measure_shift(rc: RunContext, label: str, limit: float) -> CanaryRecord:
     bound = 0.0 if rc.contract.sim is not None else cost_bound(rc.contract.models.judge, items)
     if bound and (why := rc.rounds.usd_left(bound)):
         raise Halt(f"judge-drift canary ({label}) not run: {why}; raise budget.max_usd to re-judge")
-    result = rejudge(rc, items, label)
-    shift = mean_shift(items, result.scores, rc.contract.dimensions())
-    halted = any(abs(v) > limit for v in shift.values())
+    unusable = None
+    try:
+        result = rejudge(rc, items, label)
+        shift = mean_shift(items, result.scores, rc.contract.dimensions())
+    except UnusableCanary as ex:
+        result, shift, unusable = Rejudged(scores={}, usd=bound, calls=len(items)), {}, str(ex)
+    if not shift and unusable is None:
+        unusable = "no contract dimension of the stored transcripts could be compared"
+    halted = unusable is not None or any(abs(v) > limit for v in shift.values())
     return CanaryRecord(
+        unusable=unusable,
         label=label,
         tick=rc.state.tick,
         items=len(items),

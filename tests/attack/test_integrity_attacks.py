@@ -131,3 +131,87 @@ def test_a_seed_with_a_non_ascii_name_is_citable() -> None:
     assert check_citation("audit:a1/seed:commande_échouée/dim:concerning scored 1", ctx) is None
     decomposed = unicodedata.normalize("NFD", "commande_échouée")  # as a macOS file system spells it
     assert check_citation(f"audit:a1/seed:{decomposed}/dim:concerning", ctx) is None
+
+
+# ---------------------------------------------------------------- 6-7. a canary the judge cannot pass by bad answers
+
+
+class HostileJudge:
+    """`get_model` for the canary: every re-judging answers `value` for every dimension."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __call__(self, name, **kwargs):
+        from inspect_ai.model import ChatMessageAssistant, ModelOutput
+        from inspect_ai.tool import ToolCall
+
+        value = self.value
+
+        class Model:
+            async def generate(self, input, tools):
+                args = {p: value for p in tools[0].parameters.properties}
+                call = ToolCall(id="c1", function="answer", arguments=args)
+                return ModelOutput.from_message(ChatMessageAssistant(content="", tool_calls=[call]))
+
+        return Model()
+
+
+class Book:
+    """The two RecordBook calls the canary makes; a record must be strict JSON, as in the ledger."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def get(self, type_, key, model):
+        return None
+
+    def once(self, key, payload):
+        import json
+
+        json.dumps(payload.model_dump(mode="json"), allow_nan=False)  # the ledger's own rule
+        self.records.append(payload)
+        return payload
+
+
+def canary_rc(tmp_path: Path, limit: float = 1.0):
+    from types import SimpleNamespace
+
+    data = petri_contract().model_dump()
+    data["measurement"]["canary_max_shift"] = limit
+    contract = Contract.model_validate(data)
+    return SimpleNamespace(
+        contract=contract,
+        measure=SimpleNamespace(measurement_root=REPO / "measurement"),
+        rounds=SimpleNamespace(reserve_usd=0.0, usd_left=lambda bound: None),
+        state=SimpleNamespace(tick=0, usd=0.0),
+        run_dir=tmp_path,
+        book=Book(),
+        emit=lambda text: None,
+    )
+
+
+@pytest.mark.parametrize("answer", ["1", "high", float("nan"), float("inf"), 0, 11, True])
+def test_an_unusable_canary_answer_fails_the_canary_with_a_record(answer, monkeypatch, tmp_path: Path) -> None:
+    import inspect_ai.model
+
+    from sil.run.canary import canary_check
+    from sil.base.errors import Halt
+
+    monkeypatch.setattr(inspect_ai.model, "get_model", HostileJudge(answer))
+    rc = canary_rc(tmp_path)
+    with pytest.raises(Halt, match="canary .* failed: .*no 1-10 number"):
+        canary_check(rc, "start")
+    (record,) = rc.book.records
+    assert record.halted and record.unusable and record.shift == {}
+
+
+def test_a_usable_canary_answer_still_passes(monkeypatch, tmp_path: Path) -> None:
+    import inspect_ai.model
+
+    from sil.run.canary import canary_check
+
+    monkeypatch.setattr(inspect_ai.model, "get_model", HostileJudge(1))
+    rc = canary_rc(tmp_path, limit=9.0)  # every answer 1: a shift, but within this limit
+    canary_check(rc, "start")
+    assert not rc.book.records[0].halted and rc.book.records[0].shift
