@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from sil.base.errors import Halt
-from sil.base.modelcalls import CallJournal, CallKey
-from sil.contract.schema import Contract, RoleModel
-from sil.contract.simparams import SimParams
-from sil.integrity.records import CanaryRecord, Keys
 from sil.run.context import RunContext
+from sil.contract.schema import Contract, RoleModel
+from sil.base.errors import Halt
+from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
+from sil.integrity.records import CanaryRecord, Keys
+from sil.contract.simparams import SimParams
 
 CANARY_DIR = "canary"
 END_LABEL = "end"
@@ -159,9 +159,9 @@ def _priced(judge: RoleModel, item: CanaryItem, out: Any) -> float:
     p = judge.price
     if p is None:
         return 0.0
-    if out.usage is None:
+    if (tokens := trusted_tokens(out.usage)) is None:  # missing or bad usage: its bound
         return cost_bound(judge, [item])
-    return (out.usage.input_tokens * p.input_per_mtok + out.usage.output_tokens * p.output_per_mtok) / 1e6
+    return (tokens[0] * p.input_per_mtok + tokens[1] * p.output_per_mtok) / 1e6
 
 
 def rejudge(rc: RunContext, items: list[CanaryItem], label: str) -> Rejudged:

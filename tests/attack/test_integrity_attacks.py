@@ -215,3 +215,65 @@ def test_a_usable_canary_answer_still_passes(monkeypatch, tmp_path: Path) -> Non
     rc = canary_rc(tmp_path, limit=9.0)  # every answer 1: a shift, but within this limit
     canary_check(rc, "start")
     assert not rc.book.records[0].halted and rc.book.records[0].shift
+
+
+# ---------------------------------------------------------------- 10. negative token usage is a charged gap
+
+
+def test_negative_token_usage_in_an_audit_is_a_gap_charged_its_worst_case(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from inspect_ai.log import EvalStats
+    from inspect_ai.model import ModelUsage
+
+    from sil.exec.backends.petri import usage_of, worst_case_cost
+
+    models = petri_contract().models.model_dump()
+    models["target"] = {**models["target"], "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}
+    contract = petri_contract(models=models)
+    hostile = ModelUsage(input_tokens=-5_000_000, output_tokens=10)
+    log = SimpleNamespace(stats=EvalStats(model_usage={"scripted/target": hostile}), samples=[])
+    usage, unpriced = usage_of(log, contract)  # raised a pydantic ValidationError before
+    assert usage.usd == round(worst_case_cost(contract, n_seeds=1, audits=1), 6) > 0
+    assert unpriced == ["scripted/target (reported unusable token usage)"]
+
+
+def test_negative_token_usage_of_a_canary_or_mutator_call_is_charged_its_bound() -> None:
+    from inspect_ai.model import ModelUsage
+
+    from sil.base.modelcalls import trusted_tokens
+
+    assert trusted_tokens(ModelUsage(input_tokens=-1, output_tokens=3)) is None
+    assert trusted_tokens(ModelUsage(input_tokens=2, output_tokens=3, input_tokens_cache_read=-9)) is None
+    assert trusted_tokens(ModelUsage(input_tokens=2, output_tokens=3, input_tokens_cache_read=4)) == (6, 3)
+    assert trusted_tokens(None) is None
+
+
+def test_a_hostile_judge_reporting_negative_usage_is_charged_the_canary_bound(monkeypatch, tmp_path: Path) -> None:
+    import inspect_ai.model
+    from inspect_ai.model import ModelUsage
+
+    from sil.run.canary import cost_bound, load_canary, model_rejudge
+
+    judge = HostileJudge(1)
+    make = judge.__call__
+
+    def negative(name, **kwargs):
+        model = make(name, **kwargs)
+        generate = model.generate
+
+        async def generate_negative(input, tools):
+            out = await generate(input, tools)
+            out.usage = ModelUsage(input_tokens=-10_000_000, output_tokens=1)
+            return out
+
+        model.generate = generate_negative
+        return model
+
+    monkeypatch.setattr(inspect_ai.model, "get_model", negative)
+    role = petri_contract().models.judge.model_copy(update={"price": {"input_per_mtok": 3, "output_per_mtok": 15}})
+    role = type(role).model_validate(role.model_dump())
+    items = load_canary(REPO / "measurement")
+    dims = sorted({d for i in items for d in i.reference})
+    result = model_rejudge(items, role, dims)
+    assert result.usd == pytest.approx(cost_bound(role, items), abs=1e-6)  # never negative

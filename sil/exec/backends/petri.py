@@ -36,6 +36,7 @@ from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 from sil.contract import prepare
 from sil.contract.schema import Contract, PetriParams, RoleModel
+from sil.base.modelcalls import trusted_tokens
 from sil.exec.measure import AuditRequest, GapError, MeasureContext
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
 
@@ -57,6 +58,7 @@ PREFLIGHT_AUDITS = 1
 # Common random numbers: only the auditor is seeded. The target's prompts differ between the
 # arms anyway (the policy is in them), and a seeded judge would repeat itself across re-judgings.
 CRN_ROLE = "auditor"
+BAD_USAGE = " (reported unusable token usage)"
 CRN_SEED_BITS = 31  # a non-negative int every provider's API accepts as a seed
 REPO_ROOT = Path(prepare.__file__).resolve().parents[2]
 
@@ -111,6 +113,11 @@ class PetriBackend:
             raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
         usage, unpriced = usage_of(log, ctx.contract)
         try:
+            if bad := [m for m in unpriced if m.endswith(BAD_USAGE)]:
+                raise GapError(
+                    f"{', '.join(bad)}: negative or malformed token counts cannot be priced, so the audit "
+                    "is charged its worst case and not trusted"
+                )
             if unpriced:
                 raise GapError(
                     f"models {unpriced} were called but no contract role runs them, so none is priced "
@@ -367,13 +374,17 @@ def usage_of(log: EvalLog, contract: Contract) -> tuple[Usage, list[str]]:
     unpriced = []
     rejudged = [(e.model, e.output.usage) for e in rejudge_events(log)]
     for model, u in [*(log.stats.model_usage or {}).items(), *rejudged]:
-        if u is None:  # a re-judging call that reported no usage: its worst case, at its dearer price
+        tokens = trusted_tokens(u)
+        if tokens is None and u is not None:  # negative or malformed counts: priced at the audit's bound
+            unpriced.append(f"{model}{BAD_USAGE}")
+            usd += worst_case_cost(contract, n_seeds=max(1, len(log.samples or [])), audits=1)
+            continue
+        if tokens is None:  # a re-judging call that reported no usage: its worst case, at its dearer price
             n_in, n_out = params(contract).sample_token_limit + JUDGE_PROMPT_TOKENS, 0
             judge = max(_price(contract, "judge"))
             price: tuple[float, float] | None = (judge, judge)
         else:
-            n_in = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
-            n_out = u.output_tokens
+            n_in, n_out = tokens
             price = model_price(contract, model)
         tokens_in, tokens_out = tokens_in + n_in, tokens_out + n_out
         if price is None:

@@ -29,10 +29,10 @@ import string
 from pathlib import Path
 from typing import Any
 
-from sil.base.modelcalls import CallJournal, CallKey
 from sil.contract.schema import LoadedContract, template_path
-from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
+from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
+from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest
 from sil_policy import SURFACES
 
@@ -239,9 +239,9 @@ class LLMProposer:
             name = f"{request.arm or 'arm'}-c{request.index:03d}-{out_sha[:12]}.json"
             (request.work_dir / name).write_text(raw, encoding="utf-8")
             rel = str(Path(request.work_dir.name) / name)
-        usage = output.usage
-        t_in, t_out = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
-        usd = self.price(t_in, t_out) if usage else bound  # unknown usage is charged its bound
+        tokens = trusted_tokens(output.usage)
+        t_in, t_out = tokens or (0, 0)
+        usd = self.price(t_in, t_out) if tokens else bound  # unknown or bad usage is charged its bound
         call = MutatorCall(
             model=self.role.model,
             prompt_sha256=prompt_sha,
