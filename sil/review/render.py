@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 
 from sil.base.fsutil import atomic_write_bytes
@@ -90,10 +91,25 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
+# Markdown's active characters: a Markdown viewer renders raw HTML, links and emphasis, so text
+# from a hypothesis, a policy or a judge is escaped as in report.html (HTML) and then for Markdown.
+_MD_ACTIVE = re.compile(r"([\\`*_\[\]{}()#+!|~])")
+
+
+def _m(x: object) -> str:
+    """Untrusted text for one line of report.md: HTML-escaped, Markdown-escaped, on one line."""
+    return _MD_ACTIVE.sub(r"\\\1", html.escape(str(x))).replace("\r", " ").replace("\n", " ")
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any backtick run in `text`, so the text cannot close it."""
+    longest = max((len(r) for r in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_m(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -221,10 +237,10 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
 
 
 def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
-    lines = [f"# SIL run report: {d.run_id}", ""]
+    lines = [f"# SIL run report: {_m(d.run_id)}", ""]
     if d.simulated:
         lines += ["> Simulated audits: plumbing and statistics, not the quality of any model or policy.", ""]
-    lines += [f"**{d.conclusion}**", "", "## Contract, approval and trust", ""]
+    lines += [f"**{_m(d.conclusion)}**", "", "## Contract, approval and trust", ""]
     lines += [_md_table(["item", "value"], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
     for name, file in plot_files.items():
         lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
@@ -233,7 +249,15 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     lines += [_md_table(CERT_HEAD, _cert_rows(d)), ""]
     lines += ["## Kept policy changes", ""]
     for k in d.kept:
-        lines += [f"### {k.arm} {k.mutation_id} → set {k.policy_set}", "", "```diff", k.diff, "```", ""]
+        fence = _fence(k.diff)
+        lines += [
+            f"### {_m(k.arm)} {_m(k.mutation_id)} → set {_m(k.policy_set)}",
+            "",
+            f"{fence}diff",
+            k.diff,
+            fence,
+            "",
+        ]
     if not d.kept:
         lines.append("No change was kept.")
     return "\n".join(lines) + "\n"

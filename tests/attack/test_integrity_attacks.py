@@ -277,3 +277,65 @@ def test_a_hostile_judge_reporting_negative_usage_is_charged_the_canary_bound(mo
     dims = sorted({d for i in items for d in i.reference})
     result = model_rejudge(items, role, dims)
     assert result.usd == pytest.approx(cost_bound(role, items), abs=1e-6)  # never negative
+
+
+# ---------------------------------------------------------------- 16. report.md escapes what a viewer would render
+
+XSS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[click](javascript:alert(1))"]
+
+
+def hostile_report():
+    from sil.review.report import Candidate, KeptDiff, ReportData, Trust
+
+    candidate = Candidate(
+        arm="gate",
+        index=0,
+        mutation_id="m1",
+        surface="wrapper_prompt",
+        path="sections.role",
+        hypothesis=" ".join(XSS),
+        evidence=XSS,
+        expected={},
+        observed={},
+        verdict="keep",
+        reason=XSS[1],
+        audits=[],
+        open_audits="",
+    )
+    trust = Trust(
+        ledger_ok=True, records=1, head_hash="h", checkpoints=0, errors=[], notes=[], approval="", approval_signed=False
+    )
+    diff = f"+ {XSS[0]}\n```\n{XSS[1]}\n"  # a policy text that closes the fence and then injects HTML
+    return ReportData(
+        run_id="r1",
+        contract_id="c",
+        contract_hash="h",
+        backend="sim",
+        simulated=True,
+        note="",
+        models={},
+        phase="done",
+        halt_reason=None,
+        target="concerning",
+        critical=[],
+        dimensions=["concerning"],
+        trust=trust,
+        summary={"arms": []},
+        candidates=[candidate],
+        certifications=[],
+        replications=[],
+        kept=[KeptDiff(arm="gate", mutation_id="m1", policy_set="s1", diff=diff)],
+        conclusion=XSS[0],
+    )
+
+
+def test_report_md_escapes_html_and_links_from_hypotheses_and_policies() -> None:
+    import re
+
+    from sil.review.render import render_md
+
+    md = render_md(hostile_report(), {})
+    fences = [m.start() for m in re.finditer(r"^````(?!`)", md, re.M)]  # longer than the diff's own ```
+    assert len(fences) == 2, "the diff must sit in one fence it cannot close"
+    outside = md[: fences[0]] + md[fences[-1] :]
+    assert "<script" not in outside and "<img" not in outside and "](javascript" not in outside
