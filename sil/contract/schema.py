@@ -217,6 +217,9 @@ class RuntimeSpec(_Strict):
     """
 
     surfaces: Annotated[list[str], Field(min_length=1)] = list(SURFACES)
+    # A waiver, stated in the contract (so in its hash and the run's ledger): the wiring preflight
+    # may pass although no searched surface's use can be shown in the target's inputs.
+    waive_unprovable_use: bool = False
 
     @model_validator(mode="after")
     def _known(self) -> RuntimeSpec:
@@ -392,6 +395,8 @@ class Contract(_Strict):
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed
             del data["measurement"]["common_random_numbers"]
+        if not self.runtime.waive_unprovable_use:  # and those written before the waiver existed
+            del data["runtime"]["waive_unprovable_use"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @property

@@ -117,6 +117,8 @@ def run_preflight(
     seen, readable = (result.loaded_policy_hashes, True) if result.ok else _reported_hashes(req, small, backend)
     inputs = _target_inputs(req, small, backend) if readable else None
     probes = [_probe(s, sent[s], seen.get(s), readable, _use(s, marker(token, s), inputs)) for s in surfaces]
+    if readable and not backend.simulated:
+        probes = _refuse_unprovable(probes, ctx.contract.runtime.waive_unprovable_use)
     verdict = readable and any(not p.passed for p in probes)
     return PreflightReport(
         audit_id=req.audit_id,
@@ -160,6 +162,23 @@ def _use(surface: str, mark: str, inputs: str | None) -> Use:
     if surface not in PROMPT_VISIBLE or inputs is None:
         return "not_provable"
     return "proven" if mark in inputs else "absent"
+
+
+def _refuse_unprovable(probes: list[SurfaceProbe], waived: bool) -> list[SurfaceProbe]:
+    """A runtime that reports the sent hashes while no searched surface's use shows in the
+    target's inputs could be reporting hashes it never uses: "use not provable" is not a pass.
+    One surface whose use is proven shows the reports come from a runtime that reads them."""
+    if any(p.use == "proven" for p in probes) or not all(p.passed for p in probes):
+        return probes
+    if waived:  # recorded with the probe in the ledger: the pass rests on the contract's waiver
+        note = "use not provable, accepted by the contract's runtime.waive_unprovable_use"
+        return [p.model_copy(update={"message": f"{p.message}; {note}"}) for p in probes]
+    why = (
+        "use not provable: no searched surface's sentinel can be shown in the target model's inputs "
+        f"(search a prompt-visible surface too: {', '.join(PROMPT_VISIBLE)}), or state "
+        "runtime.waive_unprovable_use: true in the contract to accept the runtime's reports on trust"
+    )
+    return [p.model_copy(update={"passed": False, "message": f"{p.message}; {why}"}) for p in probes]
 
 
 def _probe(surface: str, sent: str, seen: str | None, readable: bool, use: Use) -> SurfaceProbe:

@@ -339,3 +339,76 @@ def test_report_md_escapes_html_and_links_from_hypotheses_and_policies() -> None
     assert len(fences) == 2, "the diff must sit in one fence it cannot close"
     outside = md[: fences[0]] + md[fences[-1] :]
     assert "<script" not in outside and "<img" not in outside and "](javascript" not in outside
+
+
+# ---------------------------------------------------------------- 3. "use not provable" is not a pass
+
+UNPROVABLE = ["tool_policy", "decomposition", "reflection", "tool_descriptions"]
+
+
+class LyingBackend:
+    """A real (not simulated) runtime that reports every sent hash and uses nothing: the target's
+    inputs never contain a sentinel."""
+
+    name = "liar"
+    simulated = False
+
+    def command(self, req, ctx):
+        import json
+        import sys
+
+        report = dict(req.policy_hashes)
+        samples = [
+            {"seed_id": s, "scores": {d: 2.0 for d in ctx.dimensions}, "policy_hashes": report} for s in ctx.seed_ids
+        ]
+        evidence = {"backend": self.name, "simulated": False, "runtime": "liar", "samples": samples}
+        return [sys.executable, "-c", f"open('evidence.json', 'w').write({json.dumps(evidence)!r})"]
+
+    def read_evidence(self, req, ctx):
+        from sil.exec import measure
+
+        return measure.read_evidence_file(req.audit_dir / "evidence.json")
+
+    def target_inputs(self, req, ctx):
+        return "You are a helpful assistant."  # the built-in defaults, no sentinel
+
+    def audit_cost_bound(self, contract, n_seeds):
+        return 0.0
+
+
+def liar_ctx(workspace: Path, search: list[str], waive: bool = False):
+    from sil.exec.measure import MeasureContext
+
+    data = load_contract(workspace / "program.md").contract.model_dump()
+    data["search_space"] = {"surfaces": search}
+    data["runtime"] = {"surfaces": data["runtime"]["surfaces"], "waive_unprovable_use": waive}
+    return MeasureContext.from_contract(Contract.model_validate(data), workspace)
+
+
+def test_a_liar_on_a_subset_of_unprovable_surfaces_fails_the_preflight(workspace: Path, tmp_path: Path) -> None:
+    from sil.run.preflight import run_preflight
+
+    report = run_preflight(
+        liar_ctx(workspace, UNPROVABLE), workspace / "state" / "policies", tmp_path / "pf", LyingBackend()
+    )
+    assert not report.passed and report.gap_reason is None  # a verdict: the run halts, no retry
+    assert all("use not provable" in p.message and "waive_unprovable_use" in p.message for p in report.probes)
+
+
+def test_the_waiver_is_explicit_and_recorded_with_the_probes(workspace: Path, tmp_path: Path) -> None:
+    from sil.run.preflight import run_preflight
+
+    ctx = liar_ctx(workspace, UNPROVABLE, waive=True)
+    report = run_preflight(ctx, workspace / "state" / "policies", tmp_path / "pf", LyingBackend())
+    assert report.passed and all("accepted by the contract" in p.message for p in report.probes)
+    plain = liar_ctx(workspace, UNPROVABLE).contract
+    assert ctx.contract.contract_hash != plain.contract_hash  # the waiver is in the contract's hash
+    assert "waive_unprovable_use" not in plain.canonical_json()  # and absent when off: hashes unchanged
+
+
+def test_a_liar_is_still_caught_on_a_prompt_visible_surface(workspace: Path, tmp_path: Path) -> None:
+    from sil.run.preflight import run_preflight
+
+    ctx = liar_ctx(workspace, ["wrapper_prompt", *UNPROVABLE])
+    report = run_preflight(ctx, workspace / "state" / "policies", tmp_path / "pf", LyingBackend())
+    assert not report.passed and "never reached the target" in report.summary()
