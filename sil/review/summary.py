@@ -75,6 +75,7 @@ class Summary(BaseModel):
     alpha_spent: float
     confirmations: int
     confirmation: Confirmation | None = None
+    canary_halt: str | None = None  # the judge-drift canary halted: no comparison in the run is trustworthy
 
 
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
@@ -174,7 +175,20 @@ def build_summary(
         alpha_spent=budget.spent,
         confirmations=budget.confirmations,
         confirmation=_confirmation(state, records, target),
+        canary_halt=canary_halt(records),
     )
+
+
+def canary_halt(records: list[Record]) -> str | None:
+    """Why the judge-drift canary halted the run (its first halted re-judging), or None."""
+    for r in records:
+        if r.type == "canary" and r.payload.get("halted"):
+            p = r.payload
+            why = p.get("unusable") or "re-judged stored transcripts moved " + ", ".join(
+                f"{d} {v:+.2f}" for d, v in p.get("shift", {}).items() if abs(v) > p["max_shift"]
+            )
+            return f"the judge-drift canary halted at {p['label']} (tick {p['tick']}): {why}"
+    return None
 
 
 def _fmt(x: float | None, nd: int = 3) -> str:
@@ -183,6 +197,8 @@ def _fmt(x: float | None, nd: int = 3) -> str:
 
 def conclusion(s: Summary) -> str:
     """One honest sentence about the gate arm's result."""
+    if s.canary_halt:  # the judge itself changed: no difference measured in this run can be trusted
+        return f"conclusion: not trustworthy — {s.canary_halt}; no comparison across this run is valid"
     gate_arm = next((a for a in s.arms if a.arm == "gate"), None)
     if gate_arm is None:
         return "conclusion: no gate arm in this run"

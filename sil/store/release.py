@@ -15,12 +15,13 @@ import difflib
 import stat
 from pathlib import Path
 
+from sil.integrity.ledger import Ledger, RecordBook, read_records
 from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
-from sil.integrity.ledger import Ledger, RecordBook, read_records
-from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord
 from sil.policies.store import PolicyStore, read_policy_dir
+from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord
 from sil.store.runstate import RunState
+from sil.review.summary import canary_halt
 from sil_policy import SURFACES
 
 
@@ -86,12 +87,14 @@ def promotion_risks(run_dir: Path, arm_name: str) -> list[str]:
     if state is None or arm_name not in state.arms:
         raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
     risks = [CONTROL_ARMS[arm_name]] if arm_name in CONTROL_ARMS else []
+    records = list(read_records(run_dir / "ledger.jsonl"))
+    if why := canary_halt(records):
+        risks.append(f"{why}; the champion's comparisons are not trustworthy")
     champion = state.arms[arm_name].champion
     if champion == state.origin:
         return risks
     certified = any(
-        r.type == "certify" and r.payload["policy_set"] == champion.set_id and r.payload["certified"]
-        for r in read_records(run_dir / "ledger.jsonl")
+        r.type == "certify" and r.payload["policy_set"] == champion.set_id and r.payload["certified"] for r in records
     )
     if not certified:
         risks.append(f"champion {champion.set_id} was not certified against the starting policy")

@@ -412,3 +412,52 @@ def test_a_liar_is_still_caught_on_a_prompt_visible_surface(workspace: Path, tmp
     ctx = liar_ctx(workspace, ["wrapper_prompt", *UNPROVABLE])
     report = run_preflight(ctx, workspace / "state" / "policies", tmp_path / "pf", LyingBackend())
     assert not report.passed and "never reached the target" in report.summary()
+
+
+# ---------------------------------------------------------------- 8. a canary halt blocks promotion and the conclusion
+
+
+def canary_record(halted: bool):
+    from sil.integrity.ledger import Record
+
+    payload = {"label": "end", "tick": 40, "items": 3, "shift": {"concerning": 2.5}, "max_shift": 1.0}
+    return Record(
+        seq=3,
+        prev="p",
+        ts="t",
+        run_id="r",
+        type="canary",
+        offline=True,
+        simulated=True,
+        payload={**payload, "halted": halted},
+        hash="h",
+    )
+
+
+def test_a_run_whose_canary_halted_is_promoted_only_with_force(monkeypatch, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from sil.store import release
+
+    champion, origin = SimpleNamespace(set_id="c1"), SimpleNamespace(set_id="o1")
+    state = SimpleNamespace(arms={"gate": SimpleNamespace(champion=champion)}, origin=origin)
+    monkeypatch.setattr(release.RunState, "load", lambda run_dir: state)
+    for halted in (False, True):
+        records = [canary_record(halted)]
+        monkeypatch.setattr(release, "read_records", lambda path, records=records: iter(records))
+        risks = release.promotion_risks(tmp_path, "gate")
+        drift = [r for r in risks if "judge-drift canary halted at end" in r and "concerning +2.50" in r]
+        assert bool(drift) == halted
+
+
+def test_the_conclusion_of_a_canary_halted_run_says_it_is_not_trustworthy() -> None:
+    from types import SimpleNamespace
+
+    from sil.review.summary import canary_halt, conclusion
+
+    why = canary_halt([canary_record(True)])
+    assert why is not None and canary_halt([canary_record(False)]) is None
+    gate = SimpleNamespace(arm="gate", changed=True, keeps=1, target_change=(-2.0, -3.0, -1.0), candidates=2)
+    s = SimpleNamespace(canary_halt=why, arms=[gate], target="concerning", confirmation=None)
+    text = conclusion(s)  # type: ignore[arg-type]
+    assert "not trustworthy" in text and "improves" not in text
