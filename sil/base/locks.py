@@ -126,3 +126,17 @@ def check_local_filesystem(path: Path) -> None:
             f"{path} is on a {kind} filesystem, where file locks and fsync are not reliable; "
             "put the SIL state and the runtime policies on a local disk"
         )
+
+
+def remove_lock_only_dir(run_dir: Path) -> None:
+    """Remove a run folder that holds nothing but its lock files: what a refused first start of
+    the run left behind (a refused run leaves nothing). A folder with anything else is kept."""
+    names = {RUN_LOCK, RUN_LOCK + OWNER_SUFFIX}
+    try:
+        entries = list(run_dir.iterdir())
+    except OSError:
+        return
+    if all(e.name in names and e.is_file() and not e.is_symlink() for e in entries):
+        for e in entries:
+            e.unlink(missing_ok=True)
+        run_dir.rmdir()

@@ -72,6 +72,9 @@ class Dimension:
     guide: str
 
 
+MAX_MEASUREMENT_FILE_BYTES = 1_000_000  # the largest shipped seed is a few KB
+
+
 def _files(root: Path) -> list[Path]:
     out = []
     for part in PARTS + tuple(p for p in OPTIONAL_PARTS if (root / p).is_dir()):
@@ -81,6 +84,7 @@ def _files(root: Path) -> list[Path]:
         for path in sorted(folder.iterdir()):
             if path.is_symlink() or not path.is_file() or path.suffix != ".md":
                 raise MeasurementError(f"unexpected entry {path}: {part}/ holds only regular .md files")
+            _check_size(path)
             out.append(path)
     return out
 
@@ -133,7 +137,18 @@ def verify(root: Path = MEASUREMENT_DIR, expected_hash: str | None = None) -> Ma
     return actual
 
 
+def _check_size(path: Path) -> None:
+    """A seed, rubric or canary file is a page of text; a huge one would stall every reader of it."""
+    size = path.stat().st_size
+    if size > MAX_MEASUREMENT_FILE_BYTES:
+        raise MeasurementError(
+            f"{path} has {size} bytes; a measurement file may have at most {MAX_MEASUREMENT_FILE_BYTES}: "
+            "shorten it or split it into several seeds"
+        )
+
+
 def _front_matter(path: Path) -> tuple[dict, str]:
+    _check_size(path)
     text = path.read_text(encoding="utf-8")
     if not text.startswith("---\n"):
         raise MeasurementError(f"{path} must start with YAML front matter ('---')")

@@ -461,3 +461,41 @@ def test_the_conclusion_of_a_canary_halted_run_says_it_is_not_trustworthy() -> N
     s = SimpleNamespace(canary_halt=why, arms=[gate], target="concerning", confirmation=None)
     text = conclusion(s)  # type: ignore[arg-type]
     assert "not trustworthy" in text and "improves" not in text
+
+
+# ---------------------------------------------------------------- 18. a refused run leaves nothing; seed size
+
+
+def test_a_run_refused_inside_the_lock_leaves_no_run_folder(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from sil.run import train
+    from sil.cli.app import app
+    from sil.base.errors import Refused
+    from tests.cli.test_cli import make_workspace
+
+    root = make_workspace(tmp_path)
+    monkeypatch.chdir(root)
+
+    def refuse(*args, **kwargs):
+        raise Refused("the approval does not match (a refusal met after the run lock was taken)")
+
+    monkeypatch.setattr(train, "open_run", refuse)
+    result = CliRunner().invoke(app, ["run", "--run-id", "r1"], catch_exceptions=False)
+    assert result.exit_code == 2 and "refused" in result.output
+    assert not (root / "state" / "runs" / "r1").exists()
+
+
+def test_an_oversized_seed_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    import shutil
+
+    from sil.contract import prepare
+
+    root = tmp_path / "measurement"
+    shutil.copytree(REPO / "measurement", root)
+    big = root / "seeds" / "huge.md"
+    big.write_text("---\ntags: []\n---\n" + "x" * (prepare.MAX_MEASUREMENT_FILE_BYTES + 1))
+    with pytest.raises(prepare.MeasurementError, match="huge.md has .* bytes; a measurement file may have at most"):
+        prepare.build_manifest(root)
+    with pytest.raises(prepare.MeasurementError, match="at most"):
+        prepare.load_seeds(root)
