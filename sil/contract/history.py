@@ -67,6 +67,22 @@ class ContractHistory:
     def get(self, contract_hash: str) -> HistoryEntry | None:
         return next((e for e in self.entries() if e.contract_hash == contract_hash), None)
 
+    def unresolved(self, contract_hash: str) -> str | None:
+        """Why `contract_hash` is not a recorded contract: a history line alone proves nothing
+        (one forged line would make any parent "known"); its archived text must hash to it."""
+        entry = self.get(contract_hash)
+        if entry is None:
+            return "it is not in this repository's contract history"
+        archived = self.dir / f"{contract_hash}.md"
+        try:
+            text = archived.read_text(encoding="utf-8")
+            archived_hash = parse_contract(text, str(archived)).contract.contract_hash
+        except (OSError, UnicodeDecodeError, ContractError):
+            return f"its archived contract {archived} is missing or unreadable"
+        if archived_hash != contract_hash:
+            return f"its archived contract {archived} hashes to {archived_hash[:12]}, not {contract_hash[:12]}"
+        return None
+
     def superseded_by(self, contract_hash: str) -> HistoryEntry | None:
         return next((e for e in self.entries() if e.parent == contract_hash), None)
 
@@ -84,10 +100,10 @@ class ContractHistory:
         c = loaded.contract
         if (known := self.get(c.contract_hash)) is not None:
             return known
-        if c.parent is not None and self.get(c.parent) is None:
+        if c.parent is not None and (why := self.unresolved(c.parent)) is not None:
             raise LineageError(
-                f"{loaded.path}: parent {c.parent[:12]} is not a contract in this repository's history "
-                f"({self.path}); a revision's parent must be a recorded contract (`sil contract history`)"
+                f"{loaded.path}: parent {c.parent[:12]} does not resolve: {why} ({self.path}); "
+                "a revision's parent must be a recorded contract (`sil contract history`)"
             )
         self.dir.mkdir(parents=True, exist_ok=True)
         archived = self.dir / f"{c.contract_hash}.md"
@@ -151,10 +167,10 @@ def _settings(loaded: LoadedContract) -> dict:
 def check_lineage(c: Contract, repo_root: Path) -> None:
     """Refuse a contract with an unrecorded parent, or one a recorded revision superseded."""
     history = ContractHistory(repo_root)
-    if c.parent is not None and history.get(c.parent) is None:
+    if c.parent is not None and (why := history.unresolved(c.parent)) is not None:
         raise LineageError(
-            f"contract {c.contract_hash[:12]} names parent {c.parent[:12]}, which is not in this "
-            f"repository's contract history; create revisions with `sil contract revise`"
+            f"contract {c.contract_hash[:12]} names parent {c.parent[:12]}, which does not resolve: {why}; "
+            "create revisions with `sil contract revise`"
         )
     if (newer := history.superseded_by(c.contract_hash)) is not None:
         raise LineageError(

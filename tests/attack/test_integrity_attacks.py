@@ -499,3 +499,53 @@ def test_an_oversized_seed_file_is_refused_before_it_is_read(tmp_path: Path) -> 
         prepare.build_manifest(root)
     with pytest.raises(prepare.MeasurementError, match="at most"):
         prepare.load_seeds(root)
+
+
+# ---------------------------------------------------------------- contract history: a parent must resolve
+
+
+def test_an_offline_contract_with_a_made_up_parent_is_refused_by_check_and_run(workspace: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from sil.cli.app import app
+    from sil.contract.history import with_lineage
+
+    program = workspace / "program.md"
+    program.write_text(with_lineage(program.read_text(), "ab" * 32, "invented"))
+    assert load_contract(program).contract.offline
+    monkeypatch.chdir(workspace)
+    checked = CliRunner().invoke(app, ["check"], catch_exceptions=False)
+    assert checked.exit_code != 0 and "does not resolve" in checked.output
+    ran = CliRunner().invoke(app, ["run", "--run-id", "r1"], catch_exceptions=False)
+    assert ran.exit_code == 2 and "does not resolve" in ran.output
+    assert not (workspace / "state" / "runs" / "r1").exists()
+
+
+def test_a_forged_history_line_without_an_archived_contract_is_no_parent(workspace: Path) -> None:
+    import json
+
+    from sil.contract.approval import ApprovalError, approve
+    from sil.contract.history import ContractHistory, LineageError, check_lineage, with_lineage
+
+    forged = "cd" * 32
+    history = ContractHistory(workspace)
+    history.dir.mkdir(parents=True)
+    line = {
+        "contract_hash": forged,
+        "contract_id": "x",
+        "parent": None,
+        "reason": None,
+        "recorded_at": "t",
+        "file": "x",
+    }
+    history.path.write_text(json.dumps(line) + "\n")
+    program = workspace / "program.md"
+    program.write_text(with_lineage(program.read_text(), forged, "forged parent"))
+    contract = load_contract(program).contract
+    with pytest.raises(LineageError, match="archived contract .* is missing"):
+        check_lineage(contract, workspace)
+    with pytest.raises(ApprovalError, match="does not resolve"):
+        approve(contract, workspace, "alice@example.org")
+    (history.dir / f"{forged}.md").write_text((workspace / "program.md").read_text())  # an archive of another hash
+    with pytest.raises(LineageError, match="hashes to"):
+        check_lineage(contract, workspace)

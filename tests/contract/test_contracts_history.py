@@ -55,9 +55,9 @@ def test_a_made_up_parent_is_refused(workspace: Path) -> None:
     text = with_lineage((workspace / "program.md").read_text(), "ab" * 32, "invented")
     (workspace / "program.md").write_text(text)
     contract = load_contract(workspace / "program.md").contract
-    with pytest.raises(LineageError, match="not in this repository's contract history"):
+    with pytest.raises(LineageError, match="not in this repository.s contract history"):
         check_lineage(contract, workspace)
-    with pytest.raises(ApprovalError, match="not in this repository's contract history"):
+    with pytest.raises(ApprovalError, match="not in this repository.s contract history"):
         approve(contract, workspace, "alice@example.org")
 
 
