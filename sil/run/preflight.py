@@ -222,6 +222,10 @@ def preflight_phase(rc: RunContext) -> None:
         key = Keys.probe(attempt)
         report = rc.book.get("probe", key, PreflightReport)
         if report is None:
+            # a paid preflight is inside the USD budget like any audit, each attempt asked anew
+            bound = rc.backend.audit_cost_bound(rc.contract, PREFLIGHT_SEEDS)
+            if why := rc.rounds.usd_left(bound):
+                raise Halt(f"wiring preflight not run: {why}; raise budget.max_usd to run it")
             rc.rounds.recover([(key, rc.run_dir / key / "audit")])  # run_preflight's audit dir
             report = run_preflight(
                 rc.measure,

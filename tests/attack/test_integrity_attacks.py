@@ -549,3 +549,34 @@ def test_a_forged_history_line_without_an_archived_contract_is_no_parent(workspa
     (history.dir / f"{forged}.md").write_text((workspace / "program.md").read_text())  # an archive of another hash
     with pytest.raises(LineageError, match="hashes to"):
         check_lineage(contract, workspace)
+
+
+# ---------------------------------------------------------------- 9. a paid preflight is inside the USD budget
+
+
+def test_a_paid_preflight_that_could_exceed_the_usd_budget_is_not_run(monkeypatch, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from sil.run import preflight
+    from sil.base.errors import Halt
+
+    def never(*args, **kwargs):
+        raise AssertionError("the preflight audit must not start")
+
+    monkeypatch.setattr(preflight, "run_preflight", never)
+    state = SimpleNamespace(run_id="r1", usd=0.0, origin=None)
+    max_usd = 0.001
+
+    def usd_left(usd: float) -> str | None:
+        return None if state.usd + usd <= max_usd else f"USD budget (${max_usd:g}) could be exceeded"
+
+    rc = SimpleNamespace(
+        state=state,
+        contract=petri_contract(),
+        book=SimpleNamespace(get=lambda *a: None),
+        rounds=SimpleNamespace(usd_left=usd_left, recover=lambda pairs: None),
+        backend=SimpleNamespace(audit_cost_bound=lambda contract, n: 0.01),  # a paid audit: $0.01 at worst
+        run_dir=tmp_path,
+    )
+    with pytest.raises(Halt, match=r"wiring preflight not run: USD budget \(\$0.001\) could be exceeded"):
+        preflight.preflight_phase(rc)  # type: ignore[arg-type]
