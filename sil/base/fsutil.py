@@ -104,6 +104,15 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> str:
     return expected
 
 
+def confined(path: Path, root: Path) -> Path:
+    """`path`, if it resolves inside `root`; AtomicWriteError otherwise (a planted symlink on the
+    way would make the tool write or copy outside the folder it was asked to use)."""
+    resolved, top = Path(path).resolve(), Path(root).resolve()
+    if not resolved.is_relative_to(top):
+        raise AtomicWriteError(f"refusing to write {path}: it resolves to {resolved}, outside {top} (a symlink?)")
+    return Path(path)
+
+
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> str:
     return atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 

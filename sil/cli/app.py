@@ -471,8 +471,9 @@ def report(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the report (default: the run's).")] = None,
 ) -> None:
     """Write report.html (self-contained), report.md, report.json and plots/*.png for a run."""
-    from sil.review.render import write_report
+    from sil.base.fsutil import AtomicWriteError
     from sil.review.report import build_report
+    from sil.review.render import write_report
     from sil.review.runview import load_run
 
     rdir = _run_dir(Path.cwd(), run)
@@ -482,7 +483,10 @@ def report(
     except ValueError as ex:
         _fail(str(ex), ExitCode.FAILED)
     folder = _user_path(out_dir) if out_dir is not None else rdir / "report"
-    paths = write_report(view, data, folder)
+    try:  # the default folder must stay inside the run's folder
+        paths = write_report(view, data, folder, None if out_dir is not None else rdir)
+    except AtomicWriteError as ex:
+        _fail(str(ex))
     out.print(f"report: {paths['html']}  (also {paths['md'].name}, {paths['json'].name}, plots/)", highlight=False)
     out.print(escape(data.conclusion), highlight=False)
 
@@ -528,6 +532,7 @@ def export(
 ) -> None:
     """Export one row per audit, round and verdict of a run."""
     from sil.review.export import FORMATS, export_rows, write_rows
+    from sil.base.fsutil import AtomicWriteError
     from sil.review.runview import load_run
 
     if fmt not in FORMATS:
@@ -536,6 +541,6 @@ def export(
     rows = export_rows(load_run(rdir))
     try:
         path = write_rows(rows, _user_path(to) if to else rdir / f"export.{fmt}", fmt)  # type: ignore[arg-type]
-    except Refused as ex:
+    except (Refused, AtomicWriteError) as ex:
         _fail(str(ex))
     out.print(f"{len(rows)} rows → {path}", highlight=False)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil.contract.simparams import SimParams
@@ -72,8 +72,19 @@ class Models(_Strict):
     mutator: RoleModel
 
 
+def _inside_project(path: str) -> str:
+    """A project-relative folder: the loop copies and reads it, so it may not point outside."""
+    parts = PurePosixPath(path.replace("\\", "/")).parts
+    if not path.strip() or path.startswith(("/", "~")) or ":" in path or ".." in parts:
+        raise ValueError(
+            f"{path!r} must be a folder inside the project, relative to its root (e.g. measurement), "
+            "without '..' or an absolute path"
+        )
+    return path
+
+
 class Measurement(_Strict):
-    seed_library: str = "measurement"
+    seed_library: Annotated[str, AfterValidator(_inside_project)] = "measurement"
     manifest_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     max_turns: Annotated[int, Field(ge=1, le=100)] = 12
     audit_timeout_s: Annotated[float, Field(gt=0, le=7200)] = 60.0

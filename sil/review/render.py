@@ -13,9 +13,9 @@ import html
 import re
 from pathlib import Path
 
-from sil.base.fsutil import atomic_write_bytes
-from sil.review.plots import all_plots
+from sil.base.fsutil import atomic_write_bytes, confined
 from sil.review.report import Candidate, Certification, Effect, ReportData
+from sil.review.plots import all_plots
 from sil.review.runview import RunView
 
 PLOT_TITLES = {
@@ -263,11 +263,16 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(view: RunView, d: ReportData, out_dir: Path) -> dict[str, Path]:
+def write_report(view: RunView, d: ReportData, out_dir: Path, root: Path | None = None) -> dict[str, Path]:
+    """Write the report files into `out_dir`, which must resolve inside `root` (default: itself),
+    as must every file in it: a planted symlink never takes the report elsewhere."""
+    confined(out_dir, root or out_dir)
+    for sub in ("plots", "report.html", "report.md", "report.json"):
+        confined(out_dir / sub, out_dir)
     pngs = all_plots(view, d)
     files = {}
     for name, png in pngs.items():
-        files[name] = out_dir / "plots" / f"{name}.png"
+        files[name] = confined(out_dir / "plots" / f"{name}.png", out_dir)
         atomic_write_bytes(files[name], png)
     html_path, md_path, json_path = out_dir / "report.html", out_dir / "report.md", out_dir / "report.json"
     atomic_write_bytes(html_path, render_html(d, pngs).encode())

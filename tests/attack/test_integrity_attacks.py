@@ -580,3 +580,52 @@ def test_a_paid_preflight_that_could_exceed_the_usd_budget_is_not_run(monkeypatc
     )
     with pytest.raises(Halt, match=r"wiring preflight not run: USD budget \(\$0.001\) could be exceeded"):
         preflight.preflight_phase(rc)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- 14. every path the tool writes or copies is confined
+
+
+def test_a_planted_report_symlink_does_not_take_the_report_outside_the_run(tmp_path: Path) -> None:
+    from sil.base.fsutil import AtomicWriteError
+    from sil.review.render import write_report
+
+    run_dir, outside = tmp_path / "state" / "runs" / "r1", tmp_path / "outside"
+    run_dir.mkdir(parents=True)
+    outside.mkdir()
+    (run_dir / "report").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(AtomicWriteError, match="outside"):
+        write_report(None, hostile_report(), run_dir / "report", run_dir)  # type: ignore[arg-type]
+    assert list(outside.iterdir()) == []
+    (run_dir / "report").unlink()
+    (run_dir / "report").mkdir()
+    (run_dir / "report" / "plots").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(AtomicWriteError, match="outside"):
+        write_report(None, hostile_report(), run_dir / "report", run_dir)  # type: ignore[arg-type]
+    assert list(outside.iterdir()) == []
+
+
+def test_export_to_a_symlink_is_a_clear_refusal_not_a_traceback(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from sil.review import export
+    from sil.review import runview
+    from sil.cli.app import app
+
+    (tmp_path / "state" / "runs" / "r1").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sil.review.runview, "resolve_run", lambda root, run: tmp_path / "state" / "runs" / "r1")
+    monkeypatch.setattr(sil.review.runview, "load_run", lambda run_dir: None)
+    monkeypatch.setattr(sil.review.export, "export_rows", lambda view: [{"record": "audit"}])
+    (tmp_path / "victim.csv").write_text("keep me\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "victim.csv")
+    result = CliRunner().invoke(app, ["export", "r1", "--out", "link.csv"], catch_exceptions=False)
+    assert result.exit_code == 2 and "symlink" in result.output
+    assert (tmp_path / "victim.csv").read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("library", ["../../../../x", "/etc", "measurement/../../x", "~/x", ""])
+def test_a_seed_library_outside_the_project_is_refused_by_the_contract(library: str) -> None:
+    data = petri_contract().model_dump()
+    data["measurement"]["seed_library"] = library
+    with pytest.raises(ValueError, match="must be a folder inside the project"):
+        Contract.model_validate(data)
