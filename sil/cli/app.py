@@ -472,8 +472,8 @@ def report(
 ) -> None:
     """Write report.html (self-contained), report.md, report.json and plots/*.png for a run."""
     from sil.base.fsutil import AtomicWriteError
-    from sil.review.report import build_report
     from sil.review.render import write_report
+    from sil.review.report import build_report
     from sil.review.runview import load_run
 
     rdir = _run_dir(Path.cwd(), run)
@@ -531,8 +531,8 @@ def export(
     to: Annotated[Path | None, typer.Option("--out", help="Output file (default: <run>/export.<format>).")] = None,
 ) -> None:
     """Export one row per audit, round and verdict of a run."""
-    from sil.review.export import FORMATS, export_rows, write_rows
     from sil.base.fsutil import AtomicWriteError
+    from sil.review.export import FORMATS, export_rows, write_rows
     from sil.review.runview import load_run
 
     if fmt not in FORMATS:

@@ -17,14 +17,14 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
-from sil.contract import prepare
-from sil.exec import rayexec
-from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
-from sil.exec.backends import make_backend
-from sil.contract.schema import Contract, LoadedContract
-from sil.contract.history import LineageError, check_lineage
-from sil.policies.store import read_policy_dir
 from sil.base.sshsig import resolve_allowed_signers
+from sil.contract import prepare
+from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
+from sil.contract.history import LineageError, check_lineage
+from sil.contract.schema import Contract, LoadedContract
+from sil.exec import rayexec
+from sil.exec.backends import make_backend
+from sil.policies.store import read_policy_dir
 from sil_policy import PolicyError
 
 POLICIES = Path("state/policies")

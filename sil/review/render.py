@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 
 from sil.base.fsutil import atomic_write_bytes, confined
-from sil.review.report import Candidate, Certification, Effect, ReportData
 from sil.review.plots import all_plots
+from sil.review.report import Candidate, Certification, Effect, ReportData
 from sil.review.runview import RunView
 
 PLOT_TITLES = {

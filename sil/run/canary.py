@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from sil.run.context import RunContext
-from sil.contract.schema import Contract, RoleModel
 from sil.base.errors import Halt
 from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
-from sil.integrity.records import CanaryRecord, Keys
+from sil.contract.schema import Contract, RoleModel
 from sil.contract.simparams import SimParams
+from sil.integrity.records import CanaryRecord, Keys
+from sil.run.context import RunContext
 
 CANARY_DIR = "canary"
 END_LABEL = "end"

@@ -10,8 +10,8 @@ from inspect_ai.event import ModelEvent
 from inspect_ai.log import EvalSample
 from inspect_ai.model import ChatMessageSystem, GenerateConfig, ModelOutput
 
-from sil.exec.backends.petri import sample_evidence
 from sil.contract.schema import Contract, load_contract
+from sil.exec.backends.petri import sample_evidence
 from sil.exec.measure import GapError
 from tests.conftest import REPO
 
@@ -195,8 +195,8 @@ def canary_rc(tmp_path: Path, limit: float = 1.0):
 def test_an_unusable_canary_answer_fails_the_canary_with_a_record(answer, monkeypatch, tmp_path: Path) -> None:
     import inspect_ai.model
 
-    from sil.run.canary import canary_check
     from sil.base.errors import Halt
+    from sil.run.canary import canary_check
 
     monkeypatch.setattr(inspect_ai.model, "get_model", HostileJudge(answer))
     rc = canary_rc(tmp_path)
@@ -469,9 +469,9 @@ def test_the_conclusion_of_a_canary_halted_run_says_it_is_not_trustworthy() -> N
 def test_a_run_refused_inside_the_lock_leaves_no_run_folder(tmp_path: Path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from sil.run import train
-    from sil.cli.app import app
     from sil.base.errors import Refused
+    from sil.cli.app import app
+    from sil.run import train
     from tests.cli.test_cli import make_workspace
 
     root = make_workspace(tmp_path)
@@ -557,8 +557,8 @@ def test_a_forged_history_line_without_an_archived_contract_is_no_parent(workspa
 def test_a_paid_preflight_that_could_exceed_the_usd_budget_is_not_run(monkeypatch, tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from sil.run import preflight
     from sil.base.errors import Halt
+    from sil.run import preflight
 
     def never(*args, **kwargs):
         raise AssertionError("the preflight audit must not start")
@@ -607,15 +607,14 @@ def test_a_planted_report_symlink_does_not_take_the_report_outside_the_run(tmp_p
 def test_export_to_a_symlink_is_a_clear_refusal_not_a_traceback(tmp_path: Path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from sil.review import export
-    from sil.review import runview
     from sil.cli.app import app
+    from sil.review import export, runview
 
     (tmp_path / "state" / "runs" / "r1").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sil.review.runview, "resolve_run", lambda root, run: tmp_path / "state" / "runs" / "r1")
-    monkeypatch.setattr(sil.review.runview, "load_run", lambda run_dir: None)
-    monkeypatch.setattr(sil.review.export, "export_rows", lambda view: [{"record": "audit"}])
+    monkeypatch.setattr(runview, "resolve_run", lambda root, run: tmp_path / "state" / "runs" / "r1")
+    monkeypatch.setattr(runview, "load_run", lambda run_dir: None)
+    monkeypatch.setattr(export, "export_rows", lambda view: [{"record": "audit"}])
     (tmp_path / "victim.csv").write_text("keep me\n")
     (tmp_path / "link.csv").symlink_to(tmp_path / "victim.csv")
     result = CliRunner().invoke(app, ["export", "r1", "--out", "link.csv"], catch_exceptions=False)

@@ -34,9 +34,9 @@ from typing import Any
 from inspect_ai.event import InfoEvent, ModelEvent, ScoreEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
+from sil.base.modelcalls import trusted_tokens
 from sil.contract import prepare
 from sil.contract.schema import Contract, PetriParams, RoleModel
-from sil.base.modelcalls import trusted_tokens
 from sil.exec.measure import AuditRequest, GapError, MeasureContext
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
 

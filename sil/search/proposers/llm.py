@@ -29,10 +29,10 @@ import string
 from pathlib import Path
 from typing import Any
 
-from sil.contract.schema import LoadedContract, template_path
-from sil.search.evidence import MutatorContext, check_citation, norm_hash
 from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
+from sil.contract.schema import LoadedContract, template_path
 from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
+from sil.search.evidence import MutatorContext, check_citation, norm_hash
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest
 from sil_policy import SURFACES
 
