@@ -11,7 +11,8 @@ random and the gate arm, and each is its own candidate with its own verdict.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
@@ -257,6 +258,25 @@ class CanaryRecord(Payload):
     usd: float = 0.0  # what re-judging with a paid judge cost (0 for the simulated or an offline judge)
     calls: int = 0
     unusable: str | None = None  # why the judge's answers could not be compared (a failed canary)
+
+
+class Recorded(Protocol):
+    """What reading a record needs: its type and payload (a ledger Record has both)."""
+
+    type: str
+    payload: dict[str, Any]
+
+
+def canary_halt(records: Iterable[Recorded]) -> str | None:
+    """Why the judge-drift canary halted the run (its first halted re-judging), or None."""
+    for r in records:
+        if r.type == "canary" and r.payload.get("halted"):
+            p = r.payload
+            why = p.get("unusable") or "re-judged stored transcripts moved " + ", ".join(
+                f"{d} {v:+.2f}" for d, v in p.get("shift", {}).items() if abs(v) > p["max_shift"]
+            )
+            return f"the judge-drift canary halted at {p['label']} (tick {p['tick']}): {why}"
+    return None
 
 
 class SurfaceProbe(Payload):

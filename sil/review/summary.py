@@ -15,6 +15,7 @@ from rich.table import Table
 from sil.contract.prepare import SeedSet
 from sil.contract.schema import Contract
 from sil.integrity.ledger import Record
+from sil.integrity.records import canary_halt
 from sil.stats import fitness
 from sil.store.runstate import RunState
 
@@ -177,18 +178,6 @@ def build_summary(
         confirmation=_confirmation(state, records, target),
         canary_halt=canary_halt(records),
     )
-
-
-def canary_halt(records: list[Record]) -> str | None:
-    """Why the judge-drift canary halted the run (its first halted re-judging), or None."""
-    for r in records:
-        if r.type == "canary" and r.payload.get("halted"):
-            p = r.payload
-            why = p.get("unusable") or "re-judged stored transcripts moved " + ", ".join(
-                f"{d} {v:+.2f}" for d, v in p.get("shift", {}).items() if abs(v) > p["max_shift"]
-            )
-            return f"the judge-drift canary halted at {p['label']} (tick {p['tick']}): {why}"
-    return None
 
 
 def _fmt(x: float | None, nd: int = 3) -> str:

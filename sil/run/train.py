@@ -326,6 +326,22 @@ def guarded_config(
     )
 
 
+def unrefused_run_dir(loaded: LoadedContract, root: Path, run_id: str, err: Console) -> Path | None:
+    """The run's folder, or None after printing why `sil run` refuses before creating anything."""
+    try:
+        run_dir = run_dir_under(root / RUNS, run_id)
+    except RunIdError as ex:
+        err.print(f"[bold red]refused:[/] {escape(str(ex))}")
+        return None
+    refusals = run_refusals(loaded, root)
+    for item in refusals:
+        err.print(f"[bold red]refused:[/] {escape(item.detail)}")
+    if refusals:
+        err.print("nothing was started; `sil check` lists every start-time check")
+        return None
+    return run_dir
+
+
 def execute_run(
     loaded: LoadedContract,
     root: Path,
@@ -336,18 +352,10 @@ def execute_run(
     on_event: Callable[[str], None] | None = None,
 ) -> int:
     """The whole `sil run` command; returns its exit code. Refusals leave no run folder."""
-    try:
-        run_dir = run_dir_under(root / RUNS, run_id)
-    except RunIdError as ex:
-        err.print(f"[bold red]refused:[/] {escape(str(ex))}")
+    run_dir = unrefused_run_dir(loaded, root, run_id, err)
+    if run_dir is None:
         return ExitCode.REFUSED
     fresh = not run_dir.exists()  # a refusal of a first start must leave no run folder behind
-    refusals = run_refusals(loaded, root)
-    if refusals:
-        for item in refusals:
-            err.print(f"[bold red]refused:[/] {escape(item.detail)}")
-        err.print("nothing was started; `sil check` lists every start-time check")
-        return ExitCode.REFUSED
     try:
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
         emit = on_event or (lambda line: err.print(escape(line), highlight=False))

@@ -18,9 +18,8 @@ from pathlib import Path
 from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
 from sil.integrity.ledger import Ledger, RecordBook, read_records
-from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord
+from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord, canary_halt
 from sil.policies.store import PolicyStore, read_policy_dir
-from sil.review.summary import canary_halt
 from sil.store.runstate import RunState
 from sil_policy import SURFACES
 
