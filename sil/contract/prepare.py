@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -133,7 +133,7 @@ def verify(root: Path = MEASUREMENT_DIR, expected_hash: str | None = None) -> Ma
     return actual
 
 
-def _front_matter(path: Path) -> tuple[dict, str]:
+def _front_matter(path: Path) -> tuple[dict[str, Any], str]:
     text = path.read_text(encoding="utf-8")
     if not text.startswith("---\n"):
         raise MeasurementError(f"{path} must start with YAML front matter ('---')")

@@ -16,6 +16,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -40,7 +41,7 @@ class PolicySet(BaseModel):
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def read_policy_dir(directory: Path) -> tuple[PolicySet, dict[str, dict]]:
+def read_policy_dir(directory: Path) -> tuple[PolicySet, dict[str, dict[str, Any]]]:
     """Validate all seven files of a policy directory; errors name the file and field."""
     hashes, documents = {}, {}
     for name, spec in SURFACES.items():
@@ -76,7 +77,7 @@ class PolicyStore:
         self.check_set(policy_set)
         return policy_set
 
-    def store_documents(self, documents: dict[str, dict]) -> PolicySet:
+    def store_documents(self, documents: dict[str, dict[str, Any]]) -> PolicySet:
         """Store a set given as validated documents (canonical bytes)."""
         data = {name: canonical_bytes(documents[name]) for name in SURFACES}
         policy_set = PolicySet(hashes={n: content_hash(b) for n, b in data.items()})
@@ -100,7 +101,7 @@ class PolicyStore:
             raise PolicyError(f"stored policy set {set_id} is corrupt: its files hash to {policy_set.set_id}")
         return policy_set
 
-    def documents(self, policy_set: PolicySet) -> dict[str, dict]:
+    def documents(self, policy_set: PolicySet) -> dict[str, dict[str, Any]]:
         return read_policy_dir(self.set_dir(policy_set))[1]
 
     def working_dir(self, arm: str) -> Path:

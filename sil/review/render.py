@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Callable
 from pathlib import Path
 
 from sil.base.fsutil import atomic_write_bytes
@@ -91,7 +92,7 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    esc: Callable[[object], str] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
