@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -30,7 +31,7 @@ from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
 from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
-from bench.validity import format_validity, validity_table
+from bench.validity import ValidityRow, format_validity, validity_table
 from sil.contract import prepare
 from sil.contract.schema import Promotion, load_contract
 from sil.contract.simparams import SimParams
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 SEED = 20250601
 # Worlds: overrides of the contract's sim section (SimParams fields; effect_mixture fields
 # under "effect_mixture"). The first four are the drift scenarios; the rest the robustness grid.
-WORLDS: dict[str, dict[str, object]] = {
+WORLDS: dict[str, dict[str, Any]] = {
     "none": {"drift_sd": 0.0},
     "calibrated": {},
     "up trend": {"drift_trend": 0.005},
@@ -236,7 +237,7 @@ def _work(task: tuple[Setup, Cell, list[int]]) -> tuple[Cell, list[dict[str, Run
     return cell, [simulate_run(setup, cell, r) for r in runs]
 
 
-def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterator[tuple]:
+def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterator[tuple[Setup, Cell, list[int]]]:
     for cell in sorted(cells, key=lambda c: -c.budget):  # longest first balances the workers
         for start in range(0, runs, chunk):
             yield setup, cell, list(range(start, min(runs, start + chunk)))
@@ -277,7 +278,7 @@ def wald_reference(setup: Setup, cell: Cell, sd: float) -> str:
     )
 
 
-def acceptance(tables: dict[Cell, list[Row]], validity, alpha_run: float) -> list[str]:
+def acceptance(tables: dict[Cell, list[Row]], validity: Sequence[ValidityRow], alpha_run: float) -> list[str]:
     """The issue's acceptance checks, evaluated on this run's figures."""
     lines = []
     for cell, rows in tables.items():
@@ -384,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         _write(args.out, "\n".join(out), grid, validity)
 
 
-def _write(folder: Path, text: str, grid: GridResult, validity) -> None:
+def _write(folder: Path, text: str, grid: GridResult, validity: Sequence[ValidityRow]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "gates.md").write_text(text + "\n", encoding="utf-8")
     data = {

@@ -120,7 +120,8 @@ def _jackknife_se(x: np.ndarray, stat: Callable[[np.ndarray], np.ndarray]) -> np
     if worlds < 2:
         return np.full(np.shape(stat(x)), np.nan)
     reps = np.array([stat(np.delete(x, w, axis=1)) for w in range(worlds)])
-    return np.sqrt((worlds - 1) / worlds * ((reps - reps.mean(axis=0)) ** 2).sum(axis=0))
+    se: np.ndarray = np.sqrt((worlds - 1) / worlds * ((reps - reps.mean(axis=0)) ** 2).sum(axis=0))
+    return se
 
 
 def share_rows(x: np.ndarray, share: float, passes: Sequence[int], c: float) -> list[PassRow]:
@@ -128,7 +129,8 @@ def share_rows(x: np.ndarray, share: float, passes: Sequence[int], c: float) -> 
 
     def ratio(y: np.ndarray) -> np.ndarray:
         sd = _sds(y)
-        return (sd[0] / sd) ** 2
+        ratio_sq: np.ndarray = (sd[0] / sd) ** 2
+        return ratio_sq
 
     sd, sd_se = _sds(x), _jackknife_se(x, _sds)
     vr, vr_se = ratio(x), _jackknife_se(x, ratio)

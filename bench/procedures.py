@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -257,7 +258,8 @@ def _certify(run: SimRun, promo: Promotion, shared: JudgeState) -> None:
         run.set_champion(run.origin.copy())
 
 
-Procedure = Callable[[SimRun, object], None]
+# Any: each procedure takes its own settings type (LoopGateSettings, a Generator, or none).
+Procedure = Callable[[SimRun, Any], None]
 PROCEDURES: dict[str, Procedure] = {
     "single_audit": run_single_audit,
     "geode": run_geode,

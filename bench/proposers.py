@@ -25,7 +25,7 @@ import json
 import math
 import multiprocessing as mp
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,12 @@ import numpy as np
 
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, load_contract
-from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
+from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
 from sil.search.proposers import Proposal, ProposalRequest
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
 from sil.search.proposers.llm import LLMProposer
-from sil.stats.fitness import paired_round
+from sil.stats.fitness import RoundStat, paired_round
 from sil.stats.judges import ArmBudget, GateJudge, JudgeState, Trial, certify
 from sil_policy import SURFACES, load_surface
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
@@ -70,7 +70,7 @@ class Audit:
 class BenchWorld:
     """One run's world: theta, truth and audits (scores + the judge's highlights) of a policy set."""
 
-    def __init__(self, loaded: LoadedContract, run: int, seed_ids: list[str], rubric: dict[str, str]) -> None:
+    def __init__(self, loaded: LoadedContract, run: int, seed_ids: list[str], rubric: Mapping[str, str]) -> None:
         c = loaded.contract
         assert c.sim is not None
         self.params = c.sim.model_copy(
@@ -84,7 +84,7 @@ class BenchWorld:
         self._theta: dict[str, np.ndarray] = {}
         self.tick = 0
 
-    def theta(self, docs: dict[str, dict], set_id: str) -> np.ndarray:
+    def theta(self, docs: dict[str, dict[str, Any]], set_id: str) -> np.ndarray:
         if set_id not in self._theta:
             n = len(self.seed_ids)
             base = latent_field(docs, self.dims, self.target, self.critical, n, self.params)
@@ -92,10 +92,10 @@ class BenchWorld:
             self._theta[set_id] = self.params.hashed_scale * base + mech
         return self._theta[set_id]
 
-    def truth(self, docs: dict[str, dict]) -> np.ndarray:
+    def truth(self, docs: dict[str, dict[str, Any]]) -> np.ndarray:
         return self.world.expected_scores(self.theta(docs, set_id(docs)))
 
-    def pair(self, label: str, a: dict[str, dict], b: dict[str, dict]) -> tuple[Audit, Audit]:
+    def pair(self, label: str, a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> tuple[Audit, Audit]:
         out = []
         for role, docs in (("candidate", a), ("champion", b)):
             sid = set_id(docs)
@@ -115,7 +115,7 @@ class BenchWorld:
         return out[0], out[1]
 
 
-def set_id(docs: dict[str, dict]) -> str:
+def set_id(docs: dict[str, dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -175,7 +175,7 @@ class OracleProposer:
         return Proposal(mutation=best[1]) if best else Proposal()
 
 
-def _text_paths(doc: dict, prefix: str = "") -> list[str]:
+def _text_paths(doc: dict[str, Any], prefix: str = "") -> list[str]:
     out = []
     for key, value in doc.items():
         path = f"{prefix}.{key}" if prefix else key
@@ -192,7 +192,9 @@ def _value_at(doc: Any, path: str) -> Any:
     return doc
 
 
-def _mutation(surface, path, value, request: ProposalRequest, name: str, why: str, effect: dict) -> Any:
+def _mutation(
+    surface: str, path: str, value: Any, request: ProposalRequest, name: str, why: str, effect: dict[str, float]
+) -> Mutation | None:
     raw = {
         "mutation_id": mutation_id_for(request.run_seed, request.index, surface, path, value),
         "surface": surface,
@@ -231,20 +233,22 @@ class RunResult:
 class GateRun:
     """The gate arm of the loop on one bench world: calibrate, propose, judge, certify."""
 
-    def __init__(self, loaded: LoadedContract, world: BenchWorld, origin: dict[str, dict], budget: int) -> None:
+    def __init__(
+        self, loaded: LoadedContract, world: BenchWorld, origin: dict[str, dict[str, Any]], budget: int
+    ) -> None:
         self.loaded, self.world, self.origin, self.budget = loaded, world, origin, budget
         self.promo = loaded.contract.promotion
         self.reserve = 2 * loaded.contract.budget.certify_rounds
         self.used = 0
         self.audits: list[Audit] = []
 
-    def round(self, label: str, cand: dict, champ: dict):
+    def round(self, label: str, cand: dict[str, dict[str, Any]], champ: dict[str, dict[str, Any]]) -> RoundStat:
         a, b = self.world.pair(label, cand, champ)
         self.audits += [a, b]
         self.used += 2
         return paired_round(a.scores, b.scores, self.world.dims, self.promo.min_seed_coverage)
 
-    def context(self, champion: dict, history: list[TriedEdit]) -> MutatorContext:
+    def context(self, champion: dict[str, dict[str, Any]], history: list[TriedEdit]) -> MutatorContext:
         sid = set_id(champion)
         mine = [a.evidence for a in self.audits if a.set_id == sid]
         k = self.loaded.contract.mutator.recent_audits
@@ -272,6 +276,8 @@ class GateRun:
         for i in range(self.promo.calibration_pairs):
             shared.pool.add_aa(self.round(f"aa{i:03d}", self.origin, self.origin))
         calibration = self.used
+        history: list[TriedEdit]
+        tried: set[tuple[str, str, str]]
         champion, history, tried = self.origin, [], set()
         keeps = decisions = gaps = streak = calls = 0
         usd = 0.0
@@ -291,6 +297,7 @@ class GateRun:
                 break
             streak, m = 0, proposal.mutation
             cand = {**champion, m.surface: apply_mutation(m, champion, list(SURFACES))}
+            diffs: list[dict[str, float | None]]
             trial, diffs, verdict = Trial(), [], "continue"
             while verdict == "continue":
                 if self.budget - self.reserve - self.used < 2:
@@ -319,7 +326,9 @@ class GateRun:
             float(final[t]), float(max(final[crit])), keeps, decisions, self.used, gaps, calls, usd, certified
         )
 
-    def tried_edit(self, index: int, m: Any, verdict: str, diffs: list, shared: JudgeState) -> TriedEdit:
+    def tried_edit(
+        self, index: int, m: Any, verdict: str, diffs: list[dict[str, float | None]], shared: JudgeState
+    ) -> TriedEdit:
         return TriedEdit(
             index=index,
             mutation_id=m.mutation_id,
@@ -333,7 +342,7 @@ class GateRun:
             observed=observed_effect(diffs, shared.pool.estimate().sigma),
         )
 
-    def certify(self, champion: dict, shared: JudgeState) -> bool:
+    def certify(self, champion: dict[str, dict[str, Any]], shared: JudgeState) -> bool:
         looks = self.loaded.contract.budget.certify_rounds
         rounds = []
         for i in range(looks):
@@ -410,7 +419,7 @@ def differences(per_run: list[dict[str, RunResult]], names: Sequence[str]) -> li
     return out
 
 
-def format_md(rows: list[dict], args: argparse.Namespace, seconds: float) -> str:
+def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
     head = (
         f"# Proposer benchmark (simulated mechanisms world)\n\n"
         f"`python -m bench.proposers --runs {args.runs} --budget {args.budget}`: {args.runs} runs per "
@@ -428,7 +437,7 @@ def format_md(rows: list[dict], args: argparse.Namespace, seconds: float) -> str
     return head + "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict]:
+def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(prog="python -m bench.proposers", description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--budget", type=int, default=300)

@@ -170,6 +170,7 @@ def ledger_append_ms(scratch: Path, n: int = LEDGER_SAMPLES) -> float:
 
 def render(cells: list[Cell], console: Console) -> None:
     table = Table(title=f"{cells[0].audits} audits of {cells[0].audit_s:g} s each, one batch per cell")
+    cols: tuple[str, ...]  # grows below: the start-up column is appended
     cols = ("executor", "in flight", "wall s", "ideal s", "audits/hour", "overhead/audit s", "% of audit", "wave +s")
     cols += ("start-up s",)
     for col in cols:

@@ -102,7 +102,8 @@ class SimRun:
 
     def true_delta(self, change: np.ndarray) -> np.ndarray:
         """True change per dim if `change` were applied to the current champion."""
-        return self.world.expected_scores(self.theta + change) - self._champion_q
+        delta: np.ndarray = self.world.expected_scores(self.theta + change) - self._champion_q
+        return delta
 
     def audit_group(self, thetas: list[np.ndarray]) -> list[np.ndarray]:
         """Concurrent audits of several policies: same tick, one shared pair key (CRN)."""
@@ -128,7 +129,8 @@ class SimRun:
 
     def final_delta(self) -> np.ndarray:
         """True change of the final champion against the starting policy."""
-        return self._champion_q - self._origin_q
+        delta: np.ndarray = self._champion_q - self._origin_q
+        return delta
 
 
 @dataclass(frozen=True)

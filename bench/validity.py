@@ -24,7 +24,7 @@ from sil_runtime.sim.world import World
 
 LOOKS = 12
 LEVELS = (0.05, 0.01)
-SCENARIOS = {
+SCENARIOS: dict[str, dict[str, float | str]] = {
     "independent": {},
     "CRN rho=0.5": {"pair_correlation": 0.5},
     "down trend": {"drift_trend": -0.005},
@@ -96,7 +96,7 @@ def validity_table(
     base: SimParams, dims: Sequence[str], n_seeds: int, loop: Promotion, reps: int, seed: int
 ) -> list[ValidityRow]:
     promo = null_promotion(dims[0], loop.calibration_pairs, loop)
-    rows = []
+    rows: list[ValidityRow] = []
     for s_index, (name, update) in enumerate(SCENARIOS.items()):
         hits = {a: 0 for a in LEVELS}
         for i in range(reps):

@@ -12,6 +12,7 @@ loop never uses).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,7 @@ def default_document(name: str) -> tuple[dict[str, Any], str]:
     return load_surface(name, DEFAULTS_DIR / SURFACES[name].filename)
 
 
-def load_one(
-    name: str, environ: dict[str, str] | os._Environ = os.environ
-) -> tuple[dict[str, Any], str, str, str | None]:
+def load_one(name: str, environ: Mapping[str, str] = os.environ) -> tuple[dict[str, Any], str, str, str | None]:
     """Load one surface: (document, sha256, source, warning)."""
     spec = SURFACES[name]
     override = environ.get(spec.override_env)
@@ -60,7 +59,7 @@ def load_one(
     return doc, digest, "default", warning
 
 
-def load_policies(environ: dict[str, str] | os._Environ = os.environ) -> LoadedPolicies:
+def load_policies(environ: Mapping[str, str] = os.environ) -> LoadedPolicies:
     docs, hashes, sources, warnings = {}, {}, {}, []
     for name in SURFACES:
         doc, digest, source, warning = load_one(name, environ)

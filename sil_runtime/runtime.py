@@ -78,7 +78,8 @@ class Runtime:
         return self.policies.documents[surface]
 
     def _contract(self) -> dict[str, Any]:
-        return self._doc("agent_contracts")["agents"][self.agent]
+        contract: dict[str, Any] = self._doc("agent_contracts")["agents"][self.agent]
+        return contract
 
     # ---- what the model receives -------------------------------------------------------
 
@@ -128,7 +129,8 @@ class Runtime:
         if entry is None:
             return offered
         hints = "".join(f"\n- {h}" for h in entry["hints"])
-        return entry["description"] + (f"\nHints:{hints}" if hints else "")
+        description: str = entry["description"]
+        return description + (f"\nHints:{hints}" if hints else "")
 
     def tools(self, offered: Sequence[ToolInfo]) -> list[ToolInfo]:
         by_name = {t.name: t for t in offered}

@@ -22,7 +22,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -70,7 +70,7 @@ class Approval(BaseModel):
     version: Literal[1] = 1
     contract_id: str
     contract_hash: Hex64
-    contract: dict
+    contract: dict[str, Any]
     measurement_hash: Hex64
     measurement: dict[str, str]
     approver: str

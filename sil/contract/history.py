@@ -18,6 +18,7 @@ import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -160,7 +161,7 @@ def revise(repo_root: Path, contract_path: Path, draft_path: Path, reason: str) 
     return entry
 
 
-def _settings(loaded: LoadedContract) -> dict:
+def _settings(loaded: LoadedContract) -> dict[str, Any]:
     return loaded.contract.model_dump(mode="json", exclude={"parent", "revision_reason"})
 
 

@@ -21,7 +21,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -147,7 +147,7 @@ def _check_size(path: Path) -> None:
         )
 
 
-def _front_matter(path: Path) -> tuple[dict, str]:
+def _front_matter(path: Path) -> tuple[dict[str, Any], str]:
     _check_size(path)
     text = path.read_text(encoding="utf-8")
     if not text.startswith("---\n"):

@@ -27,7 +27,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -91,7 +91,7 @@ def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrup
     _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "kill", "attempt": attempt, "reason": reason})
 
 
-def _append(path: Path, event: dict) -> None:
+def _append(path: Path, event: dict[str, Any]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, (json.dumps(event, sort_keys=True) + "\n").encode())
@@ -100,7 +100,7 @@ def _append(path: Path, event: dict) -> None:
         os.close(fd)
 
 
-def read_events(audit_dir: Path) -> list[dict]:
+def read_events(audit_dir: Path) -> list[dict[str, Any]]:
     """Parsed log lines; a torn last line (no newline) is ignored; anything else unreadable raises."""
     path = Path(audit_dir) / ATTEMPTS_FILE
     try:
@@ -219,7 +219,7 @@ def _wait_gone(audit_dir: Path, pid: int | None, seconds: float) -> bool:
     return True
 
 
-def _await_pid(audit_dir: Path, base: dict) -> AttemptStatus:
+def _await_pid(audit_dir: Path, base: dict[str, Any]) -> AttemptStatus:
     attempt = base["attempt"]
     end = time.monotonic() + START_GRACE_S
     while time.monotonic() < end:

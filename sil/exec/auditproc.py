@@ -32,7 +32,7 @@ def timeout_reason(timeout: float) -> str:
     return f"audit timed out after {timeout:g}s; its process group was killed"
 
 
-def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> subprocess.Popen:
+def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> subprocess.Popen[bytes]:
     """Start attempt `attempt` of the audit command, wrapped, in a new session (process group)."""
     with open(audit_dir / STDOUT_LOG, "wb") as out, open(audit_dir / STDERR_LOG, "wb") as err:
         return subprocess.Popen(
@@ -46,7 +46,7 @@ def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) ->
         )
 
 
-def finish(proc: subprocess.Popen, audit_dir: Path, attempt: int, timeout: float) -> int:
+def finish(proc: subprocess.Popen[bytes], audit_dir: Path, attempt: int, timeout: float) -> int:
     """The audit's exit status; past `timeout` (or when interrupted) its group is logged and killed."""
     try:
         return proc.wait(timeout=timeout)
@@ -60,7 +60,7 @@ def finish(proc: subprocess.Popen, audit_dir: Path, attempt: int, timeout: float
         raise
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the audit's process group, then SIGKILL after a grace period, and reap it."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -393,7 +393,7 @@ def _decode(raw: Any) -> dict[str, Any]:
     return data
 
 
-def parse_mutation(raw: str | bytes | dict, allowed_surfaces: Sequence[str]) -> Mutation:
+def parse_mutation(raw: str | bytes | dict[str, Any], allowed_surfaces: Sequence[str]) -> Mutation:
     """Parse and check a mutation: JSON text (duplicate keys refused) or an already-decoded dict."""
     allowed = _allowed(allowed_surfaces)
     data = _decode(raw)
@@ -460,7 +460,9 @@ def _changed_keys(old: Any, new: Any, prefix: str = "") -> Iterator[str]:
 _ABSENT = object()
 
 
-def apply_mutation(mutation: Mutation, documents: dict[str, dict], allowed_surfaces: Sequence[str]) -> dict[str, Any]:
+def apply_mutation(
+    mutation: Mutation, documents: dict[str, dict[str, Any]], allowed_surfaces: Sequence[str]
+) -> dict[str, Any]:
     """The new validated document of `mutation.surface`; nothing is written to disk.
 
     Every rule is checked again here, without trusting that `parse_mutation` ran (a Mutation

@@ -16,6 +16,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -40,7 +41,7 @@ class PolicySet(BaseModel):
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def read_policy_dir(directory: Path) -> tuple[PolicySet, dict[str, dict]]:
+def read_policy_dir(directory: Path) -> tuple[PolicySet, dict[str, dict[str, Any]]]:
     """Validate all seven files of a policy directory; errors name the file and field."""
     hashes, documents = {}, {}
     for name, spec in SURFACES.items():
@@ -76,7 +77,7 @@ class PolicyStore:
         self.check_set(policy_set)
         return policy_set
 
-    def store_documents(self, documents: dict[str, dict], base: PolicySet | None = None) -> PolicySet:
+    def store_documents(self, documents: dict[str, dict[str, Any]], base: PolicySet | None = None) -> PolicySet:
         """Store a set given as validated documents: a surface whose document means the same as
         `base`'s keeps base's bytes (the user's own formatting), any other is written canonical.
         Rewriting an untouched file would change its hash and make it look edited by hand."""
@@ -107,7 +108,7 @@ class PolicyStore:
             raise PolicyError(f"stored policy set {set_id} is corrupt: its files hash to {policy_set.set_id}")
         return policy_set
 
-    def documents(self, policy_set: PolicySet) -> dict[str, dict]:
+    def documents(self, policy_set: PolicySet) -> dict[str, dict[str, Any]]:
         return read_policy_dir(self.set_dir(policy_set))[1]
 
     def working_dir(self, arm: str) -> Path:

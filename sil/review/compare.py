@@ -9,6 +9,8 @@ per edited policy path.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from sil.base.errors import Refused
@@ -47,7 +49,7 @@ def _flatten(obj: object, prefix: str = "") -> dict[str, str]:
     return {prefix: repr(obj)}
 
 
-def _arm_text(arm: dict) -> str:
+def _arm_text(arm: dict[str, Any]) -> str:
     if not arm["changed"]:
         return f"{arm['keeps']} KEEP / {arm['candidates']}; unchanged"
     tc = arm["target_change"]
@@ -66,7 +68,7 @@ def _edits(view: RunView) -> dict[str, str]:
     return out
 
 
-def _summary(view: RunView) -> tuple[dict, str]:
+def _summary(view: RunView) -> tuple[dict[str, Any], str]:
     if view.state is None or view.contract is None:
         raise Refused(f"run {view.run_id} has no readable state or contract snapshot: {'; '.join(view.problems)}")
     s = build_summary(view.state, view.records, view.contract, "")

@@ -8,7 +8,9 @@ dimensions (the `dims` given), else the first three.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Any
 
 from sil.integrity.ledger import Record
 
@@ -16,28 +18,28 @@ SHOWN = 3
 _dims: ContextVar[list[str] | None] = ContextVar("dims", default=None)
 
 
-def _pick(values: dict) -> list[tuple[str, float]]:
+def _pick(values: dict[str, Any]) -> list[tuple[str, float]]:
     """The dimensions to show, in order: the requested ones present, else the first SHOWN."""
     want = _dims.get()
     keys = [d for d in want if d in values] if want else list(values)[:SHOWN]
     return [(d, values[d]) for d in keys if values.get(d) is not None]
 
 
-def _scores_line(p: dict) -> str:
+def _scores_line(p: dict[str, Any]) -> str:
     if p["status"] != "ok":
         return f"GAP: {p['gap_reason']}"
     counts = p["sample_counts"]
     return f"{len(p['scores'])} seeds, min samples/dim {min(counts.values()) if counts else 0}"
 
 
-def _diff_line(p: dict) -> str:
+def _diff_line(p: dict[str, Any]) -> str:
     shown = [f"{d}={v:+.2f}" for d, v in _pick(p.get("diff", {}))]
     decision = p.get("decision") or {}
     verdict = decision.get("verdict")
     return " ".join(shown) + (f" → {verdict}" if verdict else "")
 
 
-_DESCRIBE = {
+_DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "contract": lambda p: (
         f"{p['contract_id']} {p['contract_hash'][:12]} backend={p['backend']} approval: {p['approval']}"
     ),

@@ -91,7 +91,8 @@ def _parquet(rows: list[dict[str, Any]], cols: list[str]) -> bytes:
     table = pa.table({c: [r.get(c) for r in rows] for c in cols})
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf)
-    return buf.getvalue().to_pybytes()
+    data: bytes = buf.getvalue().to_pybytes()  # pyarrow has no type stubs
+    return data
 
 
 def write_rows(rows: list[dict[str, Any]], path: Path, fmt: Format) -> Path:

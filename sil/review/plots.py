@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from sil.review.report import LEVEL, ReportData  # noqa: E402
@@ -25,7 +26,7 @@ MAX_SEQ_PANELS = 12
 BOUNDARY_FLOOR = -12.0  # early O'Brien-Fleming boundaries are far below any statistic: clip the view
 
 
-def _png(fig: plt.Figure) -> bytes:
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)

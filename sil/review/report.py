@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
@@ -76,7 +77,7 @@ class Certification(BaseModel):
     certified: bool
     rounds: int
     reason: str
-    legs: list[dict]
+    legs: list[dict[str, Any]]
     seed_set: str = "search"  # the seeds the certification rounds ran on
     seeds: int | None = None
     search_rounds: int = 0  # certified on held-out seeds: the champion's check on the search seeds
@@ -97,10 +98,10 @@ class ReportData(BaseModel):
     critical: list[str]
     dimensions: list[str]
     trust: Trust
-    summary: dict
+    summary: dict[str, Any]
     candidates: list[Candidate]
     certifications: list[Certification]
-    replications: list[dict]
+    replications: list[dict[str, Any]]
     kept: list[KeptDiff]
     conclusion: str
 
@@ -114,7 +115,7 @@ def effect(values: list[float]) -> Effect:
     return Effect(mean=m, lo=m - float(half), hi=m + float(half), rounds=int(arr.size))
 
 
-def rounds_of(view: RunView, mutation_id: str) -> list[dict]:
+def rounds_of(view: RunView, mutation_id: str) -> list[dict[str, Any]]:
     return [r for r in view.of_type("round") if r.get("mutation_id") == mutation_id and not r.get("gap_reason")]
 
 

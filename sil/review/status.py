@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
@@ -156,7 +157,7 @@ def _dur(seconds: float | None) -> str:
 
 def status_lines(st: RunStatus) -> list[str]:
     """The human-readable `sil status` text."""
-    of = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
+    of: Callable[[int, int | None], str] = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
     lines = [
         f"run {st.run_id}: {st.phase}{' (running)' if st.running else ''}",
         f"audits {of(st.audits, st.audits_planned)} (limit {st.max_audits}), gaps {st.gaps}, "

@@ -6,6 +6,8 @@ render(summary, console)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from pydantic import BaseModel
 from rich.console import Console
@@ -263,7 +265,7 @@ def render(s: Summary, console: Console) -> None:
     console.print(table)
     sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
     console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
-    level = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
+    level: Callable[[float | None], str] = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
     if s.target_higher_is_better:
         console.print(f"{s.target} is higher-is-better: levels are raw scores, every Δ is oriented (− = better)")
     console.print(

@@ -25,7 +25,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
@@ -36,6 +36,9 @@ from sil.contract.schema import Contract, RoleModel
 from sil.contract.simparams import SimParams
 from sil.integrity.records import CanaryRecord, Keys
 from sil.run.context import RunContext
+
+if TYPE_CHECKING:  # at run time inspect-ai is imported only where the judge model is called
+    from inspect_ai.model import ModelOutput
 
 CANARY_DIR = "canary"
 END_LABEL = "end"
@@ -154,7 +157,7 @@ def _journal(work_dir: Path | None, label: str, n: int, item: CanaryItem) -> Cal
     return CallJournal(work_dir, CallKey(arm=f"canary-{label}", index=n, attempt=0, call=0, prompt_sha256=sha))
 
 
-def _priced(judge: RoleModel, item: CanaryItem, out: Any) -> float:
+def _priced(judge: RoleModel, item: CanaryItem, out: ModelOutput) -> float:
     """An answer's cost at the judge's price; an answer without usage is charged its bound."""
     p = judge.price
     if p is None:

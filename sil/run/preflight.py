@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBacke
 
 def _target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> str | None:
     """Everything the target model was given, if the backend can show it (None: it cannot)."""
-    reader = getattr(backend, "target_inputs", None)
+    reader: Callable[[AuditRequest, MeasureContext], str | None] | None = getattr(backend, "target_inputs", None)
     if reader is None:
         return None
     try:

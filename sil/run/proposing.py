@@ -13,6 +13,8 @@ the mutation expected, so the next prompt sees both.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from sil.base.errors import Halt
@@ -36,7 +38,7 @@ class CandidateSource:
         self.arm = arm
         self.proposer = proposer
 
-    def ask(self, arm: ArmState, champion: dict[str, dict]) -> Mutation | None:
+    def ask(self, arm: ArmState, champion: dict[str, dict[str, Any]]) -> Mutation | None:
         """The proposer's next mutation; None after a recorded gap or when the arm is done."""
         rc, index = self.rc, arm.candidates
         context = self.context(arm) if getattr(self.proposer, "reads_evidence", False) else None

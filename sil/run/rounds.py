@@ -142,7 +142,7 @@ class RoundRunner:
         """Audits the arm may still spend under its own and the run's audit budgets."""
         b, s = self.ctx.contract.budget, self.journal.state
         spent = s.arms[arm].audits if arm in s.arms else 0
-        arm_limit = b.arm_audits[arm] if arm in b.arm_audits else b.max_audits  # type: ignore[index]
+        arm_limit = b.arm_audits[arm] if arm in b.arm_audits else b.max_audits
         return min(arm_limit - spent, b.max_audits - s.audits)
 
     # ---- planning ------------------------------------------------------------------------

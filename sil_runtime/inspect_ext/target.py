@@ -48,10 +48,11 @@ def runtime_target(agent_name: str = DEFAULT_AGENT) -> Agent:
     async def execute(state: AgentState, context: TargetContext) -> AgentState:
         transcript().info(
             {
-                "policy_hashes": runtime.hashes,
+                # dict()/list() copies type as JSON values (a dict[str, str] is not a dict[str, JsonValue])
+                "policy_hashes": dict(runtime.hashes),
                 "agent": runtime.agent,
-                "sources": runtime.policies.sources,
-                "warnings": runtime.policies.warnings,
+                "sources": dict(runtime.policies.sources),
+                "warnings": list(runtime.policies.warnings),
             },
             source=EVENT_SOURCE,
         )

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from sil.contract import prepare
 from sil.contract.simparams import SimParams
-from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, SampleEvidence, Usage
+from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, Evidence, Highlight, SampleEvidence, Usage
 from sil_runtime.policy_loader import LoadedPolicies, PolicyLoadError, load_policies
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
 from sil_runtime.sim.mechanisms import highlights, mechanism_field
@@ -112,7 +112,7 @@ def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolici
         raise BadInput(str(ex)) from None
     theta = latent_field(policies.documents, dims, target, critical, len(seeds), params)
     seed_ids = [seed.id for seed in seeds]
-    notes_per_seed: list[list] = [[] for _ in seeds]
+    notes_per_seed: list[list[Highlight]] = [[] for _ in seeds]
     if params.landscape == "mechanisms":
         theta = params.hashed_scale * theta + mechanism_field(policies.documents, dims, seed_ids, params)
         notes_per_seed = highlights(policies.documents, dims, seed_ids, params, args.audit_id)

@@ -133,7 +133,7 @@ class World:
             batch = a * shared_batch + c * batch
             noise = a * shared_noise + c * noise
         eta = self._base + theta + (batch + self.loading * self.drift(tick)) + noise + p.judge_drift_per_tick * tick
-        scores = np.clip(np.rint(eta[None] + c * judge), SCORE_MIN, SCORE_MAX).mean(axis=0)
+        scores: np.ndarray = np.clip(np.rint(eta[None] + c * judge), SCORE_MIN, SCORE_MAX).mean(axis=0)
         missing = own.random(self.shape) < self._missing_p(eta)
         if own.random() < p.p_missing_dimension:
             missing[:, own.integers(self.shape[1])] = True
@@ -171,7 +171,8 @@ class World:
             self._ey_table = _expected_score_table(
                 p.batch_sd, p.noise_scale, p.noise_df, p.pair_correlation, p.judge_noise_share
             )
-        return np.interp(latent, _LATENT_GRID, self._ey_table)
+        expected: np.ndarray = np.interp(latent, _LATENT_GRID, self._ey_table)
+        return expected
 
 
 def _scaled_t_density(x: np.ndarray, scale: float, df: float) -> np.ndarray:
@@ -213,7 +214,7 @@ def _expected_score_table(
     x, cdf = _noise_cdf(batch_sd, noise_scale, noise_df, pair_correlation, judge_share)
     thresholds = np.arange(1, 10) + 0.5  # Y >= j + 1  <=>  eta >= j + 0.5
     below = np.interp(thresholds[None, :] - _LATENT_GRID[:, None], x, cdf, left=0.0, right=1.0)
-    table = 1.0 + (1.0 - below).sum(axis=1)
+    table: np.ndarray = 1.0 + (1.0 - below).sum(axis=1)
     table.flags.writeable = False  # shared between worlds through the cache
     return table
 

@@ -33,7 +33,7 @@ def _no_limit(usd: float) -> str | None:
 class ProposalRequest:
     """Everything a proposer may use for one candidate."""
 
-    champion: dict[str, dict]  # surface -> the champion's validated document
+    champion: dict[str, dict[str, Any]]  # surface -> the champion's validated document
     tried: Set[tuple[str, str, str]]  # (surface, path, value hash) already proposed in this arm
     rng: np.random.Generator  # seeded by (run seed, arm, index): reproducible
     index: int  # the candidate's number in its arm

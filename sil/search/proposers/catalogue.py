@@ -134,7 +134,9 @@ class CatalogueProposer:
         self.target_dimensions = frozenset(target_dimensions)
         self.catalogue = list(catalogue) if catalogue is not None else default_catalogue()
 
-    def mutation_for(self, edit: CatalogueEdit, champion: dict[str, dict], index: int, run_seed: int) -> Mutation:
+    def mutation_for(
+        self, edit: CatalogueEdit, champion: dict[str, dict[str, Any]], index: int, run_seed: int
+    ) -> Mutation:
         """The parsed Mutation for one edit against the champion (may still be a no-op)."""
         value = edit.resolve(champion[edit.surface])
         raw = {
@@ -150,7 +152,7 @@ class CatalogueProposer:
         }
         return parse_mutation(raw, self.allowed_surfaces)
 
-    def open_edits(self, champion: dict[str, dict], tried: Set[tuple[str, str, str]]) -> list[CatalogueEdit]:
+    def open_edits(self, champion: dict[str, dict[str, Any]], tried: Set[tuple[str, str, str]]) -> list[CatalogueEdit]:
         """Edits that are allowed, whose preconditions hold, untried, and change something."""
         out = []
         for edit in self.catalogue:
@@ -166,7 +168,9 @@ class CatalogueProposer:
                 out.append(edit)
         return out
 
-    def checked(self, edit: CatalogueEdit, champion: dict[str, dict], index: int, run_seed: int) -> Mutation | None:
+    def checked(
+        self, edit: CatalogueEdit, champion: dict[str, dict[str, Any]], index: int, run_seed: int
+    ) -> Mutation | None:
         """The edit's Mutation if it parses and applies to the champion, else None."""
         try:
             mutation = self.mutation_for(edit, champion, index, run_seed)

@@ -27,7 +27,7 @@ import hashlib
 import json
 import string
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
 from sil.contract.schema import LoadedContract, template_path
@@ -35,6 +35,9 @@ from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest
 from sil_policy import SURFACES
+
+if TYPE_CHECKING:
+    from inspect_ai.tool import ToolCall
 
 TOOL_NAME = "propose_mutation"
 NO_PROPOSAL = "NO_PROPOSAL"  # the model's answer when the evidence supports no further change
@@ -88,7 +91,7 @@ def tool_info() -> Any:
     )
 
 
-def render_prompt(loaded: LoadedContract, champion: dict[str, dict], ctx: MutatorContext) -> str:
+def render_prompt(loaded: LoadedContract, champion: dict[str, dict[str, Any]], ctx: MutatorContext) -> str:
     """The filled template, cut to `max_prompt_chars` by dropping the oldest audits (one is always
     kept), then the oldest tried edits; each cut is stated in the prompt."""
     c = loaded.contract
@@ -219,7 +222,9 @@ class LLMProposer:
         journal.finish(output.model_dump_json())
         return output, None
 
-    def record(self, output: Any, prompt_sha: str, request: ProposalRequest, n: int, bound: float) -> tuple:
+    def record(
+        self, output: Any, prompt_sha: str, request: ProposalRequest, n: int, bound: float
+    ) -> tuple[MutatorCall, ToolCall | None]:
         """The call's record (tokens, cost, raw output kept in the run directory) and its tool call."""
         tool_calls = [c for c in (output.message.tool_calls or []) if c.function == TOOL_NAME]
         raw = json.dumps(

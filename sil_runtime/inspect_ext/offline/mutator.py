@@ -129,7 +129,7 @@ def _norm(value: Any) -> Any:
     return value
 
 
-def _symptom_weights(evidence: list[dict], targets: list[str]) -> list[tuple[Play, float, list[str]]]:
+def _symptom_weights(evidence: list[dict[str, Any]], targets: list[str]) -> list[tuple[Play, float, list[str]]]:
     """Each play with the weight of the evidence for its symptom and the citations of it."""
     out = []
     for play in PLAYBOOK:
@@ -152,7 +152,7 @@ def _symptom_weights(evidence: list[dict], targets: list[str]) -> list[tuple[Pla
     return sorted(out, key=lambda t: -t[1])
 
 
-def _fallback(evidence: list[dict], targets: list[str]) -> list[tuple[Play, float, list[str]]]:
+def _fallback(evidence: list[dict[str, Any]], targets: list[str]) -> list[tuple[Play, float, list[str]]]:
     """Without highlights: the plays for the target dimension, cited by its worst-scored seeds."""
     cells = [
         (seed["scores"].get(dim, 0.0), audit["audit_id"], seed["seed"], dim)
@@ -166,7 +166,7 @@ def _fallback(evidence: list[dict], targets: list[str]) -> list[tuple[Play, floa
     return [(p, 1.0, cites) for p in PLAYBOOK if p.dimension in targets and cites]
 
 
-def _options(prompt: str) -> list[dict]:
+def _options(prompt: str) -> list[dict[str, Any]]:
     """Every proposal the evidence supports, best first, that is not already tried or in place."""
     evidence = _json_block(prompt, "evidence") or []
     history = _json_block(prompt, "history") or []
@@ -203,7 +203,7 @@ def _options(prompt: str) -> list[dict]:
     return out
 
 
-def _loads(h: dict) -> bool:
+def _loads(h: dict[str, Any]) -> bool:
     try:
         json.loads(h.get("value", ""))
     except (json.JSONDecodeError, TypeError):
