@@ -24,17 +24,20 @@ import json
 import os
 import sys
 import time
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from sil.base.errors import ExitCode, Refused
-from sil.contract.schema import ContractError, LoadedContract, load_contract
-from sil.integrity import ledger as ledger_mod
+
+if TYPE_CHECKING:
+    from sil.contract.schema import LoadedContract
+
+# Everything else is imported inside the command that needs it: `sil --version`, `sil runs`
+# and `sil status` start without scipy, matplotlib, inspect-ai or ray (tests/test_review_trust.py).
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False)
 ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -59,6 +62,8 @@ def find_root(start: Path) -> Path:
 
 def _version(value: bool) -> None:
     if value:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             out.print(f"sil {version('sil')}")
         except PackageNotFoundError:
@@ -93,11 +98,55 @@ def _user_path(path: Path) -> Path:
 
 
 def _fail(message: str, code: int = ExitCode.REFUSED) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # one line, never wrapped
     raise typer.Exit(code)
 
 
+def _writable(folder: Path, flag: str = "--out") -> None:
+    """Refuse (one line, exit 2) an output folder that cannot be made or written, before anything is written."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        _fail(f"{flag} {folder}: {probe} is a file, not a folder; choose another {flag}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        _fail(f"{flag} {folder}: {probe} is not writable; choose a folder you can write to")
+
+
+def _out_dir(path: Path) -> Path:
+    """`--out` of `sil report`: a folder (made if missing)."""
+    folder = _user_path(path)
+    if folder.exists() and not folder.is_dir():
+        _fail(
+            f"--out {path} is a file; the report is a folder (report.html, report.md, report.json, plots/): "
+            "pass a folder, e.g. --out review/"
+        )
+    _writable(folder)
+    return folder
+
+
+def _out_file(path: Path, default_name: str) -> Path:
+    """`--out` of `sil export`: a file, or an existing folder to put `default_name` in."""
+    target = _user_path(path)
+    if target.is_dir():
+        target = target / default_name
+    _writable(target.parent)
+    return target
+
+
+def _write_outputs(files: dict[Path, str]) -> None:
+    from sil.base.fsutil import AtomicWriteError, atomic_write_text
+
+    try:
+        for path, text in files.items():
+            atomic_write_text(path, text)
+    except (OSError, AtomicWriteError) as ex:
+        _fail(f"{ex}; choose another --out")
+
+
 def _load(path: Path) -> LoadedContract:
+    from sil.contract.schema import ContractError, load_contract
+
     try:
         return load_contract(_user_path(path))
     except ContractError as ex:
@@ -129,6 +178,8 @@ def run(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and price the run; make no model calls.")] = False,
     backend: Annotated[str | None, typer.Option(help="Refuse unless the contract uses this backend.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print every look of each test.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Run (or resume) the fixed-budget experiment of a run contract (from the project root)."""
     from sil.cli.commands import plan_run
@@ -150,10 +201,18 @@ def run(
     rid = run_id or f"{loaded.contract.contract_id}-{loaded.contract.contract_hash[:8]}"
     if new:
         rid = f"{rid}-{time.strftime('%Y%m%d-%H%M%S')}"
+        err.print(
+            f"new run {rid} (--new adds the start time to the id); resume it with --run-id {rid}", highlight=False
+        )
     total = planned_audits(loaded.contract).total
     try:
-        with RunProgress(err, root / RUNS / rid, total) as progress:
-            code = execute_run(loaded, root, rid, replicate, out, err, on_event=progress.event)
+        if verbose and quiet:
+            _fail("--verbose and --quiet exclude each other")
+        verbosity = 1 if verbose else (-1 if quiet else 0)
+        with RunProgress(err, root / RUNS / rid, total, verbosity=verbosity) as progress:
+            code = execute_run(
+                loaded, root, rid, replicate, out, err, on_event=progress.event, before_summary=progress.stop
+            )
     except KeyboardInterrupt:
         err.print(
             f"\ninterrupted: run {rid} stopped; its state and ledger are saved. Resume with: "
@@ -171,7 +230,7 @@ def sweep(
     parallel: Annotated[int, typer.Option("--parallel", min=0, max=64, help="Runs at once (0: all).")] = 0,
 ) -> None:
     """Run several contracts (or seeds of one) as independent runs (state/sweeps/<run>/), then their status."""
-    from sil.run.sweep import plan_sweep, run_sweep, sweep_table
+    from sil.run.sweep import aggregate_lines, plan_sweep, run_sweep, sweep_aggregate, sweep_table
 
     root = Path.cwd()
     try:
@@ -181,6 +240,8 @@ def sweep(
     err.print(f"sweep: {len(runs)} runs: {', '.join(r.run_id for r in runs)}", highlight=False)
     outcomes = run_sweep(runs, parallel or len(runs))
     out.print(sweep_table(outcomes))
+    for line in aggregate_lines(sweep_aggregate([o.run.run_dir for o in outcomes])):
+        out.print(escape(line), highlight=False)
     for o in outcomes:
         if o.exit_code != 0:
             err.print(f"{o.run.run_id} exited {o.exit_code}: {escape(o.tail)}", highlight=False)
@@ -244,8 +305,8 @@ def ledger_verify(
     from sil.integrity.verify import HeadError, parse_head, verify_run_ledger
     from sil.integrity.witness import WitnessError, witness_from_env
 
-    root = Path.cwd()
-    rdir = _run_dir(root, run)
+    rdir = _run_dir(Path.cwd(), run)
+    root = rdir.parents[2]  # the run's project (a sweep run's is its own workspace)
     try:
         if expect_head is not None:
             parse_head(expect_head)
@@ -281,9 +342,8 @@ def ledger_head(run: Annotated[str | None, typer.Argument(help="Run id (default:
     from sil.integrity.checkpoint import CheckpointError, anchor_repo, read_checkpoints
     from sil.integrity.verify import format_head
 
-    root = Path.cwd()
-    rdir = _run_dir(root, run)
-    repo = anchor_repo(root, create=False)
+    rdir = _run_dir(Path.cwd(), run)
+    repo = anchor_repo(rdir.parents[2], create=False)
     try:
         checkpoints = read_checkpoints(repo, rdir.name) if repo is not None else []
     except CheckpointError as ex:
@@ -306,9 +366,13 @@ def ledger_show(
     type_: Annotated[str | None, typer.Option("--type", help="Only records of this type.")] = None,
 ) -> None:
     """Print a run's ledger readably."""
+    from sil.integrity import ledger as ledger_mod
+    from sil.integrity.records import RECORD_TYPES
     from sil.review.describe import describe
     from sil.review.runview import load_run
 
+    if type_ is not None and type_ not in RECORD_TYPES:
+        _fail(f"--type {type_!r} is not a record type; use one of: {', '.join(sorted(RECORD_TYPES))}")
     rdir = _run_dir(Path.cwd(), run)
     view = load_run(rdir)
     dims = [view.target, *view.critical] if view.target else None
@@ -385,9 +449,12 @@ def contract_history(contract: ContractOpt = Path("program.md")) -> None:
     from sil.contract.history import ContractHistory
 
     history = ContractHistory(Path.cwd())
-    chain = history.chain(_load(contract).contract.contract_hash)
-    if not chain:
-        _fail(f"{contract} is not in the contract history yet (it is recorded by `sil contract revise`)")
+    c = _load(contract).contract
+    chain = history.chain(c.contract_hash)
+    if not chain:  # a first contract, never revised: a history of one
+        parent = f"  parent {c.parent[:12]} (not recorded here)" if c.parent else ""
+        out.print(f"{c.contract_hash[:12]}  {c.contract_id}  current  (first){parent}", highlight=False)
+        return
     for e in chain:
         newer = history.superseded_by(e.contract_hash)
         status = f"superseded by {newer.contract_hash[:12]}" if newer else "current"
@@ -430,10 +497,12 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
         out.print("no runs yet under state/runs; start one with `sil run`")
         return
     table = Table()
-    for col in ("run", "contract", "backend", "phase", "audits", "USD", "KEEP (arm)", "ledger"):
+    for col in ("run", "contract", "backend", "phase", "audits", "USD", "KEEP (arm)", "gate champion", "ledger"):
         table.add_column(col)
     for r in rows:
-        keeps = ", ".join(f"{a} {n}" for a, n in r.keeps.items())
+        keeps = ", ".join(
+            f"{a} {n}" + (f" ({r.demoted[a]} demoted)" if r.demoted.get(a) else "") for a, n in r.keeps.items()
+        )
         backend = f"{r.backend}{' (sim)' if r.simulated and r.backend != 'sim' else ''}"
         table.add_row(
             escape(r.run_id),
@@ -443,6 +512,7 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
             f"{r.audits}/{r.max_audits or '?'}",
             f"{r.usd:.2f}",
             keeps,
+            escape(r.champion),
             "ok" if r.verified else f"[red]FAILS[/] {escape(r.verify_note)}",
         )
     out.print(table)
@@ -469,35 +539,57 @@ def status(
 def report(
     run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the report (default: the run's).")] = None,
+    sweep: Annotated[
+        bool, typer.Option("--sweep", help="The aggregate of every sweep run (state/sweeps) instead of one run.")
+    ] = False,
 ) -> None:
     """Write report.html (self-contained), report.md, report.json and plots/*.png for a run."""
     from sil.base.fsutil import AtomicWriteError
-    from sil.review.render import write_report
     from sil.review.report import build_report
+    from sil.review.render import write_report
     from sil.review.runview import load_run
 
+    if sweep:
+        _sweep_report(_out_dir(out_dir) if out_dir is not None else None)
+        return
     rdir = _run_dir(Path.cwd(), run)
     view = load_run(rdir)
     try:
         data = build_report(view, Path.cwd())
     except ValueError as ex:
         _fail(str(ex), ExitCode.FAILED)
-    folder = _user_path(out_dir) if out_dir is not None else rdir / "report"
-    try:  # the default folder must stay inside the run's folder
-        paths = write_report(view, data, folder, None if out_dir is not None else rdir)
-    except AtomicWriteError as ex:
-        _fail(str(ex))
+    folder = _out_dir(out_dir) if out_dir is not None else rdir / "report"
+    try:
+        paths = write_report(view, data, folder)
+    except (OSError, AtomicWriteError) as ex:
+        _fail(f"{ex}; choose another --out")
     out.print(f"report: {paths['html']}  (also {paths['md'].name}, {paths['json'].name}, plots/)", highlight=False)
     out.print(escape(data.conclusion), highlight=False)
 
 
+def _sweep_report(folder: Path | None) -> None:
+    from sil.review.runview import SWEEPS, sweep_run_dirs
+    from sil.run.sweep import aggregate_lines, sweep_aggregate
+
+    dirs = sweep_run_dirs(Path.cwd())
+    if not dirs:
+        _fail(f"no sweep runs under {SWEEPS}; start a sweep with `sil sweep program.md --seeds 3`")
+    agg = sweep_aggregate(dirs)
+    lines = aggregate_lines(agg)
+    folder = folder or Path.cwd() / SWEEPS
+    md = "# SIL sweep report\n\n" + "\n".join(f"- {line}" for line in lines) + "\n\nruns: " + ", ".join(agg.runs) + "\n"
+    _write_outputs({folder / "sweep-report.md": md, folder / "sweep-report.json": agg.model_dump_json(indent=1)})
+    for line in lines:
+        out.print(escape(line), highlight=False)
+    out.print(f"sweep report: {folder / 'sweep-report.md'} (also sweep-report.json)", highlight=False)
+
+
 @app.command()
 def compare(
-    run_a: Annotated[str, typer.Argument(help="First run id.")],
-    run_b: Annotated[str, typer.Argument(help="Second run id (same contract family).")],
+    runs: Annotated[list[str], typer.Argument(help="Two or more run ids (any contracts).")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Two runs of one contract family side by side: what differed, effects per arm and per edit."""
+    """Runs side by side: what differed in the set-up and the outcome, per arm, per edit, cost."""
     from rich.table import Table
 
     from sil.review.compare import compare_runs
@@ -505,23 +597,25 @@ def compare(
 
     root = Path.cwd()
     try:
-        cmp = compare_runs(load_run(_run_dir(root, run_a)), load_run(_run_dir(root, run_b)))
+        cmp = compare_runs([load_run(_run_dir(root, r)) for r in runs])
     except Refused as ex:
         _fail(str(ex))
     if as_json:
         sys.stdout.write(cmp.model_dump_json(indent=1) + "\n")
         return
-    out.print(f"what differed ({escape(cmp.run_a)} → {escape(cmp.run_b)}):", highlight=False)
-    for d in cmp.differences:
-        out.print(f"  {escape(d)}", highlight=False)
-    for title, rows, key in (("arm", cmp.arms, "arm"), ("edit (arm:surface.path)", cmp.edits, "edit")):
+    if not cmp.same_family:
+        out.print("note: these runs are of different contracts (not one contract family)", highlight=False)
+    out.print(f"set-up that differed: {len(cmp.setup) or 'nothing'} (contract, measurement, starting policy)")
+    for title, rows in (("set-up", cmp.setup), ("outcome", cmp.outcome), ("arm", cmp.arms), ("edit", cmp.edits)):
+        if not rows:
+            continue
         table = Table()
-        for col in (title, cmp.run_a, cmp.run_b):
+        for col in (title, *cmp.runs):
             table.add_column(escape(col))
         for r in rows:
-            table.add_row(escape(getattr(r, key)), escape(r.a), escape(r.b))
+            style = "bold" if r.differs else None
+            table.add_row(escape(r.item), *(escape(v) for v in r.values), style=style)
         out.print(table)
-    out.print(f"A: {escape(cmp.conclusion_a)}\nB: {escape(cmp.conclusion_b)}", highlight=False)
 
 
 @app.command()
@@ -531,16 +625,19 @@ def export(
     to: Annotated[Path | None, typer.Option("--out", help="Output file (default: <run>/export.<format>).")] = None,
 ) -> None:
     """Export one row per audit, round and verdict of a run."""
-    from sil.base.fsutil import AtomicWriteError
     from sil.review.export import FORMATS, export_rows, write_rows
+    from sil.base.fsutil import AtomicWriteError
     from sil.review.runview import load_run
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     rdir = _run_dir(Path.cwd(), run)
+    target = _out_file(to, f"export.{fmt}") if to else rdir / f"export.{fmt}"
     rows = export_rows(load_run(rdir))
     try:
-        path = write_rows(rows, _user_path(to) if to else rdir / f"export.{fmt}", fmt)  # type: ignore[arg-type]
-    except (Refused, AtomicWriteError) as ex:
+        path = write_rows(rows, target, fmt)  # type: ignore[arg-type]
+    except Refused as ex:
         _fail(str(ex))
+    except (OSError, AtomicWriteError) as ex:
+        _fail(f"{ex}; choose another --out")
     out.print(f"{len(rows)} rows → {path}", highlight=False)

@@ -12,20 +12,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from sil.contract.approval import ApprovalError, frozen_measurement_hash
+from sil.exec.backends import make_backend
+from sil.run.canary import reserve as canary_reserve
+from sil.contract.schema import LoadedContract
 from sil.base.errors import ExitCode, Halt, Refused
 from sil.base.locks import LockedError, policy_lock, run_lock
-from sil.base.sshsig import SignatureError, Signer
-from sil.contract.approval import ApprovalError, frozen_measurement_hash
-from sil.contract.schema import LoadedContract
-from sil.exec.backends import make_backend
-from sil.exec.startchecks import most_seeds, planned_audits, start_checks
-from sil.integrity.witness import WitnessError, witness_from_env
-from sil.run.canary import reserve as canary_reserve
-from sil.run.replication import replicate
-from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
 from sil.store.release import champion_diff, promote_to_user, promotion_risks
+from sil.run.replication import power_note, replicate
 from sil.store.runstate import RunState
+from sil.base.sshsig import SignatureError, Signer
+from sil.exec.startchecks import most_seeds, planned_audits, start_checks
+from sil.integrity.witness import WitnessError, witness_from_env
 from sil_policy import PolicyError
 
 
@@ -109,6 +108,8 @@ def replicate_keep(
                 check_same_run(rc)
             except Halt as ex:
                 raise Refused(f"{ex}; pass the run's own contract with --contract") from None
+            if note := power_note(rc, mutation_id, arm, k):
+                err.print(f"[yellow]warning:[/] {escape(note)}", highlight=False)
             result = replicate(rc, mutation_id, arm, k, cfg.trust)
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {escape(str(ex))}")
@@ -120,11 +121,12 @@ def replicate_keep(
         err.print(f"[bold red]stopped:[/] {escape(str(ex))} — fix the cause, then run the same command again")
         return ExitCode.HALTED
     ti = "—" if result.target_interval is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*result.target_interval)
-    verdict = "DEMOTED" if result.demoted else "holds"
+    verdict = "DEMOTED" if result.demoted else ("holds" if result.conclusive else "INCONCLUSIVE")
     extra = " (the arm's champion was restored to its parent)" if result.champion_reverted else ""
     out.print(
         f"replication of {result.mutation_id} ({result.arm}): {result.rounds} fresh paired rounds; "
-        f"Δ{result.target} {ti}; {verdict}: {result.reason}{extra}"
+        f"Δ{result.target} {ti}; {verdict}: {result.reason}{extra}",
+        highlight=False,
     )
     return ExitCode.OK
 

@@ -3,7 +3,9 @@
 The loop reports events as text lines (`on_event`); after each one the display re-reads the
 run's state file for audits spent, phase, arm and candidate. On a terminal the lines scroll
 above one bar (audits of the planned total, current candidate, ETA); piped, each line is
-printed as is and a `progress:` line follows every change of phase.
+printed as is and a `progress:` line follows every change of phase. By default the
+per-look lines of a sequential test are left out (`verbosity` 1 shows them, -1 prints
+nothing: the summary only), and long floats in the lines are rounded for reading.
 
     with RunProgress(console, run_dir, planned_total) as progress:
         execute_run(..., on_event=progress.event)
@@ -11,6 +13,7 @@ printed as is and a `progress:` line follows every change of phase.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import TracebackType
 
@@ -28,14 +31,25 @@ from rich.progress import (
 
 from sil.base.errors import Halt
 from sil.store.runstate import RunState
+from sil.review.status import readable
 
 BAR_WIDTH = 24
+LOOK_LINE = re.compile(r"^\s+\S+: (continue|keep|revert) \(")  # one look of a candidate's sequential test
+
+
+def shown(line: str, verbosity: int) -> bool:
+    """Whether an event line is printed at this verbosity (-1 quiet, 0 default, 1 verbose)."""
+    if verbosity < 0:
+        return False
+    return verbosity > 0 or not LOOK_LINE.match(line)
 
 
 class RunProgress:
-    def __init__(self, console: Console, run_dir: Path, total: int, *, live: bool | None = None) -> None:
-        self.console, self.run_dir, self.total = console, run_dir, total
-        self.live = console.is_terminal if live is None else live
+    def __init__(
+        self, console: Console, run_dir: Path, total: int, *, live: bool | None = None, verbosity: int = 0
+    ) -> None:
+        self.console, self.run_dir, self.total, self.verbosity = console, run_dir, total, verbosity
+        self.live = (console.is_terminal if live is None else live) and verbosity >= 0
         self._phase: str | None = None
         self._bar: Progress | None = None
         self._task: TaskID | None = None
@@ -59,8 +73,13 @@ class RunProgress:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Take the bar off the screen (before the summary prints, so neither lands on the other)."""
         if self._bar is not None:
             self._bar.stop()
+            self._bar = None
 
     def _state(self) -> RunState | None:
         try:
@@ -69,7 +88,10 @@ class RunProgress:
             return None
 
     def event(self, line: str) -> None:
-        self.console.print(escape(line), highlight=False)
+        if shown(line, self.verbosity):
+            self.console.print(escape(readable(line)), highlight=False)
+        if self.verbosity < 0:
+            return
         state = self._state()
         if state is None:
             return

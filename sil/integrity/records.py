@@ -231,6 +231,8 @@ class ReplicateRecord(Payload):
     demoted: bool
     reason: str
     champion_reverted: bool
+    conclusive: bool = True  # False: the interval spans the margin, nothing changed
+    rounds_needed: int | None = None  # inconclusive: about how many rounds would decide
 
 
 class UserPromoteRecord(Payload):

@@ -1,10 +1,11 @@
-"""`sil compare RUN_A RUN_B`: two runs of one contract family side by side (L3).
+"""`sil compare RUN...`: any two or more runs side by side (L3).
 
-Same family = same contract_id, or one contract is the other's `parent`. The comparison
-lists what differed (contract fields, measurement, policy start) and the effects per arm and
-per edited policy path.
+Runs of one contract family (same contract_id, or one is another's `parent`) are the usual
+case; runs of different contracts are compared too, and say so. The comparison lists what
+differed in the set-up (contract fields, measurement, starting policy) and in the outcome
+(conclusion, each arm's verdicts and effect, each edit's verdict, cost), one column per run.
 
-    cmp = compare_runs(load_run(a), load_run(b))
+    cmp = compare_runs([load_run(a), load_run(b)])
 """
 
 from __future__ import annotations
@@ -15,29 +16,31 @@ from pydantic import BaseModel
 
 from sil.base.errors import Refused
 from sil.review.runview import RunView
-from sil.review.summary import build_summary, conclusion
+from sil.review.summary import Summary, build_summary, conclusion
 
 
-class ArmSide(BaseModel):
-    arm: str
-    a: str
-    b: str
+class Row(BaseModel):
+    item: str
+    values: list[str]  # one per run, in the runs' order
 
-
-class PathSide(BaseModel):
-    edit: str
-    a: str
-    b: str
+    @property
+    def differs(self) -> bool:
+        return len(set(self.values)) > 1
 
 
 class Comparison(BaseModel):
-    run_a: str
-    run_b: str
-    differences: list[str]
-    arms: list[ArmSide]
-    edits: list[PathSide]
-    conclusion_a: str
-    conclusion_b: str
+    runs: list[str]
+    same_family: bool
+    setup: list[Row]  # contract fields, measurement and starting policy that differ
+    outcome: list[Row]  # conclusion and cost, every run
+    arms: list[Row]
+    edits: list[Row]
+    conclusions: list[str]
+
+    def differences(self) -> list[str]:
+        """What differed, set-up first, in words (empty: nothing at all)."""
+        rows = [*self.setup, *(r for r in (*self.outcome, *self.arms, *self.edits) if r.differs)]
+        return [f"{r.item}: " + " | ".join(r.values) for r in rows]
 
 
 def _flatten(obj: object, prefix: str = "") -> dict[str, str]:
@@ -49,12 +52,13 @@ def _flatten(obj: object, prefix: str = "") -> dict[str, str]:
     return {prefix: repr(obj)}
 
 
-def _arm_text(arm: dict[str, Any]) -> str:
+def _arm_text(arm: dict) -> str:
+    head = f"{arm['keeps']} KEEP / {arm['candidates']}"
     if not arm["changed"]:
-        return f"{arm['keeps']} KEEP / {arm['candidates']}; unchanged"
+        return f"{head}; {arm.get('champion') or 'unchanged'}"
     tc = arm["target_change"]
     ch = "not re-measured" if tc is None else f"{tc[0]:+.2f} [{tc[1]:+.2f}, {tc[2]:+.2f}]"
-    return f"{arm['keeps']} KEEP / {arm['candidates']}; Δ target {ch}"
+    return f"{head}; Δ target {ch}; {arm.get('champion', '')}"
 
 
 def _edits(view: RunView) -> dict[str, str]:
@@ -68,49 +72,56 @@ def _edits(view: RunView) -> dict[str, str]:
     return out
 
 
-def _summary(view: RunView) -> tuple[dict[str, Any], str]:
+def _summary(view: RunView) -> Summary:
     if view.state is None or view.contract is None:
         raise Refused(f"run {view.run_id} has no readable state or contract snapshot: {'; '.join(view.problems)}")
-    s = build_summary(view.state, view.records, view.contract, "")
-    return s.model_dump(mode="json"), conclusion(s)
+    return build_summary(view.state, view.records, view.contract, "")
 
 
-def compare_runs(a: RunView, b: RunView) -> Comparison:
-    ca, cb = a.contract, b.contract
-    sa, concl_a = _summary(a)
-    sb, concl_b = _summary(b)
-    assert ca is not None and cb is not None
-    family = ca.contract_id == cb.contract_id or ca.contract_hash == cb.parent or cb.contract_hash == ca.parent
-    if not family:
-        raise Refused(
-            f"{a.run_id} ({ca.contract_id}) and {b.run_id} ({cb.contract_id}) are not one contract family "
-            "(same contract_id, or one is the other's parent); compare runs of one experiment"
-        )
-    fa, fb = _flatten(ca.model_dump(mode="json")), _flatten(cb.model_dump(mode="json"))
-    diffs = [
-        f"{k}: {fa.get(k, '—')} → {fb.get(k, '—')}" for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)
+def _family(views: list[RunView]) -> bool:
+    cs = [v.contract for v in views if v.contract is not None]
+    ids = {c.contract_id for c in cs}
+    hashes = {c.contract_hash for c in cs}
+    return len(ids) == 1 or all(c.parent in hashes or c.contract_hash in {d.parent for d in cs} for c in cs)
+
+
+def _setup(views: list[RunView]) -> list[Row]:
+    flat = [_flatten(v.contract.model_dump(mode="json")) if v.contract else {} for v in views]
+    keys = sorted(set().union(*flat))
+    rows = [Row(item=k, values=[f.get(k, "—") for f in flat]) for k in keys]
+    rows.append(
+        Row(item="frozen measurement", values=[v.state.measurement_hash[:12] if v.state else "—" for v in views])
+    )
+    rows.append(Row(item="starting policy set", values=[v.state.origin.set_id if v.state else "—" for v in views]))
+    return [r for r in rows if r.differs]
+
+
+def _rows(names: list[str], per_run: list[dict[str, str]]) -> list[Row]:
+    return [Row(item=n, values=[d.get(n, "—") for d in per_run]) for n in names]
+
+
+def compare_runs(views: list[RunView]) -> Comparison:
+    if len(views) < 2:
+        raise Refused("compare needs two or more runs (`sil runs` lists them)")
+    sums = [_summary(v) for v in views]
+    arms = [{a.arm: _arm_text(a.model_dump(mode="json")) for a in s.arms} for s in sums]
+    edits = [_edits(v) for v in views]
+    cost = [
+        {
+            "audits (gaps)": f"{s.audits} ({s.gaps})",
+            "USD": f"{s.usd:.2f}",
+            "wall": f"{s.elapsed_s:.0f}s",
+            "α spent": f"{s.alpha_spent:.4f} of {s.alpha_run}",
+            "conclusion": conclusion(s),
+        }
+        for s in sums
     ]
-    sta, stb = a.state, b.state
-    assert sta is not None and stb is not None
-    if sta.measurement_hash != stb.measurement_hash:
-        diffs.append(f"frozen measurement: {sta.measurement_hash[:12]} → {stb.measurement_hash[:12]}")
-    if sta.origin != stb.origin:
-        diffs.append(f"starting policy set: {sta.origin.set_id} → {stb.origin.set_id}")
-    arms_a = {x["arm"]: x for x in sa["arms"]}
-    arms_b = {x["arm"]: x for x in sb["arms"]}
-    arms = [
-        ArmSide(arm=n, a=_arm_text(arms_a[n]) if n in arms_a else "—", b=_arm_text(arms_b[n]) if n in arms_b else "—")
-        for n in ("never", "random", "gate")
-        if n in arms_a or n in arms_b
-    ]
-    ea, eb = _edits(a), _edits(b)
-    edits = [PathSide(edit=k, a=ea.get(k, "—"), b=eb.get(k, "—")) for k in sorted(ea.keys() | eb.keys())]
     return Comparison(
-        run_a=a.run_id,
-        run_b=b.run_id,
-        differences=diffs or ["nothing in the contract, measurement or starting policy"],
-        arms=arms,
-        edits=edits,
-        conclusion_a=concl_a,
-        conclusion_b=concl_b,
+        runs=[v.run_id for v in views],
+        same_family=_family(views),
+        setup=_setup(views),
+        outcome=_rows(["conclusion", "audits (gaps)", "USD", "wall", "α spent"], cost),
+        arms=_rows([a for a in ("never", "random", "gate") if any(a in x for x in arms)], arms),
+        edits=_rows(sorted(set().union(*edits)), edits),
+        conclusions=[conclusion(s) for s in sums],
     )

@@ -13,9 +13,9 @@ import html
 import re
 from pathlib import Path
 
-from sil.base.fsutil import atomic_write_bytes, confined
+from sil.base.fsutil import atomic_write_bytes
+from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.plots import all_plots
-from sil.review.report import Candidate, Certification, Effect, ReportData
 from sil.review.runview import RunView
 
 PLOT_TITLES = {
@@ -24,18 +24,28 @@ PLOT_TITLES = {
     "sequential": "Group-sequential path of each gate candidate",
     "forest": "Effect of each candidate per dimension",
 }
+# tables fit the page (fixed layout, long words wrap) so no verdict column is ever off screen
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;line-height:1.4}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;
-vertical-align:top}th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee}
-pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em}.keep{color:#176c2a;font-weight:bold}
-.revert{color:#a11}.warn{background:#fff4d6;padding:.5em;border-left:4px solid #e0a800}code{font-size:.9em}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222;line-height:1.4}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0;width:100%;table-layout:fixed}
+td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;overflow-wrap:anywhere;text-align:left}
+th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em;white-space:pre-wrap}
+.keep{color:#176c2a;font-weight:bold}.revert{color:#a11;font-weight:bold}.pending{color:#666}
+td.keep{background:#e6f4e9}td.revert{background:#fbe9e9}
+.warn{background:#fff4d6;padding:.5em;border-left:4px solid #e0a800}code{font-size:.9em}
+details summary{cursor:pointer;color:#555}table.kv td:first-child{width:14em;font-weight:bold}
 """
 
-# marks the body with how many plots decoded, so a headless browser (and a reader) can check it
+# marks the body with how many plots decoded and how many tables overflow the window, so a
+# headless browser (and a reader) can check both
 LOAD_CHECK = """<script>window.addEventListener('load',function(){var im=document.querySelectorAll('img.plot'),ok=0;
 im.forEach(function(i){if(i.complete&&i.naturalWidth>0){ok++;}});
-document.body.setAttribute('data-plots-rendered',ok+'/'+im.length);});</script>"""
+document.body.setAttribute('data-plots-rendered',ok+'/'+im.length);
+var wide=0;document.querySelectorAll('table').forEach(function(t){
+if(t.getBoundingClientRect().right>window.innerWidth+1||t.scrollWidth>t.clientWidth+1){wide++;}});
+document.body.setAttribute('data-tables-overflowing',String(wide));
+document.body.setAttribute('data-page-width',String(document.documentElement.scrollWidth));});</script>"""
 
 
 def _e(x: object) -> str:
@@ -52,43 +62,73 @@ def fmt_effect(e: Effect | None) -> str:
 
 def _candidate_rows(d: ReportData) -> list[list[str]]:
     rows = []
-    for c in d.candidates:
+    for c in _candidate_order(d):
         expected = ", ".join(f"{k} {v:+.2f}" for k, v in c.expected.items())
         rows.append(
             [
+                (c.verdict or "pending").upper(),
                 c.arm,
                 c.mutation_id,
+                fmt_effect(c.observed.get(d.target)),
+                c.reason or "",
                 f"{c.surface}.{c.path}",
+                expected,
                 c.hypothesis,
                 "; ".join(c.evidence),
-                expected,
-                fmt_effect(c.observed.get(d.target)),
-                (c.verdict or "pending").upper(),
-                c.reason or "",
-                c.open_audits,
+                str(len(c.audits)),
             ]
         )
     return rows
 
 
+def _candidate_order(d: ReportData) -> list[Candidate]:
+    """The gate's candidates first (KEEPs leading), then the random arm's, each in proposal order."""
+    rank = {"gate": 0, "random": 1}
+    return sorted(d.candidates, key=lambda c: (rank.get(c.arm, 2), c.verdict != "keep", c.index))
+
+
 CAND_HEAD = [
+    "verdict",
     "arm",
     "mutation",
+    "observed Δ target (90% CI)",
+    "reason",
     "surface.path",
+    "expected effect",
     "hypothesis",
     "evidence",
-    "expected effect",
-    "observed Δ target (90% CI)",
-    "verdict",
-    "reason",
-    "open its audits",
+    "audits",
 ]
+CAND_WIDTHS = [7, 5, 8, 12, 18, 12, 9, 15, 0, 5]  # % of the page; evidence (0) collapses behind <details>
 
 
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
+def _candidate_html(d: ReportData) -> str:
+    th = "".join(f"<th style='width:{w or 9}%'>{_e(h)}</th>" for h, w in zip(CAND_HEAD, CAND_WIDTHS, strict=True))
+    body = []
+    for r in _candidate_rows(d):
+        verdict = r[0].lower()
+        cells = [f"<td class='{_e(verdict)}'>{_e(r[0])}</td>"]
+        cells += [f"<td>{_e(x)}</td>" for x in r[1:8]]
+        cells.append(
+            f"<td><details><summary>{len(r[8].split('; ')) if r[8] else 0} items</summary>{_e(r[8])}</details></td>"
+        )
+        cells.append(f"<td>{_e(r[9])}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table id='candidates'><tr>{th}</tr>{''.join(body)}</table>"
+
+
+VERDICT_CLASS = {"KEEP": "keep", "REVERT": "revert", "DEMOTED": "revert", "NO": "revert", "yes": "keep"}
+
+
+def _td(cell: object) -> str:
+    cls = VERDICT_CLASS.get(str(cell))
+    return f"<td class='{cls}'>{_e(cell)}</td>" if cls else f"<td>{_e(cell)}</td>"
+
+
+def _html_table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
+    body = "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in rows)
+    return f"<table{f' class={cls!r}' if cls else ''}><tr>{th}</tr>{body}</table>"
 
 
 # Markdown's active characters: a Markdown viewer renders raw HTML, links and emphasis, so text
@@ -125,6 +165,7 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["ledger", f"{'verified' if t.ledger_ok else 'DOES NOT VERIFY'}: {t.records} records, head {t.head_hash[:16]}"],
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
+        ["audit logs", d.cost.audit_logs if d.cost else "—"],
         ["direction", "lower is better on every dimension; Δ = candidate − champion"],
     ]
 
@@ -136,12 +177,25 @@ def _arm_rows(d: ReportData) -> list[list[str]]:
         change = (
             "unchanged" if not a["changed"] else ("—" if tc is None else f"{tc[0]:+.2f} [{tc[1]:+.2f}, {tc[2]:+.2f}]")
         )
+        if not a["changed"] and a.get("standing") == "rolled_back":
+            change = "unchanged (rolled back)"
         worst = "—" if not a["worst_critical"] else f"{a['worst_critical'][1]:+.2f} {a['worst_critical'][0]}"
-        rows.append([a["arm"], a["audits"], a["candidates"], a["keeps"], change, worst, a["stop_reason"] or ""])
+        keeps = f"{a['keeps']} ({a['demoted']} demoted)" if a.get("demoted") else str(a["keeps"])
+        champion = a.get("champion", "")
+        rows.append([a["arm"], champion, a["audits"], a["candidates"], keeps, change, worst, a["stop_reason"] or ""])
     return rows
 
 
-ARM_HEAD = ["arm", "audits", "candidates", "KEEP", "Δ target vs start (90% CI)", "worst critical Δ", "stopped"]
+ARM_HEAD = [
+    "arm",
+    "champion",
+    "audits",
+    "candidates",
+    "KEEP",
+    "Δ target vs start (90% CI)",
+    "worst critical Δ",
+    "stopped",
+]
 CERT_NOTE = (
     "Certification tests the arm's final champion against the starting policy (all its KEEPs together); "
     "a replication re-tests one KEEP against its own parent on fresh rounds. The two answer different "
@@ -186,6 +240,9 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
             for g in c.legs
         )
         certified = "yes" if c.certified else "NO"
+        later = [x for x in d.demotions if x["arm"] == c.arm and x["policy_set"] == c.policy_set]
+        if c.certified and later:
+            certified = "yes, then demoted: " + "; ".join(f"KEEP {x['mutation_id']} by a {x['cause']}" for x in later)
         rows.append(
             [c.arm, c.policy_set, certified, str(c.rounds), _seeds_cell(c), c.reason, legs, _search_check(c, d.target)]
         )
@@ -196,7 +253,7 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
             [
                 r["arm"],
                 f"replication of {r['mutation_id']}",
-                "DEMOTED" if r["demoted"] else "holds",
+                "DEMOTED" if r["demoted"] else ("holds" if r.get("conclusive", True) else "inconclusive"),
                 str(r["rounds"]),
                 "search",
                 r["reason"],
@@ -205,6 +262,61 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _cost_rows(c: Cost) -> list[list[str]]:
+    gaps = "; ".join(f"{n}× {k}" for k, n in c.gap_reasons.items()) or "none"
+    noise = ", ".join(f"{d} σ̂ {s:.2f} (df {df})" for d, (s, df) in c.noise.items()) or "not measured"
+    return [
+        ["audits", f"{c.audits} audits ({c.preflight} preflight), {c.gaps} gaps"],
+        ["USD", f"{c.usd:.2f} of max_usd {c.max_usd:g}"],
+        ["wall time", f"{c.wall_s:.0f} s of max_wall_s {c.max_wall_s:g}"],
+        [
+            "α (error budget)",
+            f"{c.alpha_spent:.4f} spent of α_run {c.alpha_run:g} over {c.confirmations} confirmations",
+        ],
+        ["noise floor (never arm A/A pairs)", noise],
+        ["gaps by reason", gaps],
+    ]
+
+
+COST_ARM_HEAD = ["arm", "audits", "gaps", "USD", "audit wall time (s, summed)"]
+COST_ROLE_HEAD = ["role", "calls", "USD", "note"]
+GAP_HEAD = ["audit", "arm", "gap reason"]
+
+
+def _cost_tables(c: Cost) -> list[tuple[str, list[str], list[list[str]]]]:
+    arms = [[a.arm, str(a.audits), str(a.gaps), f"{a.usd:.2f}", f"{a.audit_wall_s:.0f}"] for a in c.arms]
+    roles = [[r.role, str(r.calls), f"{r.usd:.2f}", r.note] for r in c.roles]
+    gaps = [[g.audit_id, g.arm, g.reason] for g in c.gap_list]
+    return [("per arm", COST_ARM_HEAD, arms), ("per role", COST_ROLE_HEAD, roles), ("gaps (first 20)", GAP_HEAD, gaps)]
+
+
+def _cost_html(d: ReportData) -> list[str]:
+    if d.cost is None:
+        return []
+    parts = ["<h2 id='cost'>Cost and confidence</h2>", _html_table(["item", "value"], _cost_rows(d.cost), "kv")]
+    for title, head, rows in _cost_tables(d.cost):
+        if rows:
+            parts += [f"<h3>{_e(title)}</h3>", _html_table(head, rows)]
+    parts.append("<p>Certification legs: see <a href='#certification'>Certification</a>.</p>")
+    return parts
+
+
+def _cost_md(d: ReportData) -> list[str]:
+    if d.cost is None:
+        return []
+    lines = ["## Cost and confidence", "", _md_table(["item", "value"], _cost_rows(d.cost)), ""]
+    for title, head, rows in _cost_tables(d.cost):
+        if rows:
+            lines += [f"### {title}", "", _md_table(head, rows), ""]
+    return lines
+
+
+def _kept_order(d: ReportData) -> list[KeptDiff]:
+    """The gate champion's diff first (the change a reviewer would promote), then the others."""
+    gate_set = next((a.get("champion_set") for a in d.summary["arms"] if a["arm"] == "gate"), None)
+    return sorted(d.kept, key=lambda k: (k.arm != "gate", k.policy_set != gate_set))
 
 
 def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
@@ -221,14 +333,15 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
     parts += [f"<p><b>{_e(d.conclusion)}</b></p>", "<h2>Contract, approval and trust</h2>"]
     parts.append(_html_table(["item", "value"], _overview_rows(d)))
     parts += ["<h2>Arms</h2>", _html_table(ARM_HEAD, _arm_rows(d))]
+    parts += _cost_html(d)
+    parts += ["<h2>Candidates</h2>", _candidate_html(d)]
+    parts += ["<h2 id='certification'>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
+    parts.append(_html_table(CERT_HEAD, _cert_rows(d)))
     for name, png in pngs.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
         parts.append(f"<h2>{_e(PLOT_TITLES[name])}</h2><img class='plot' id='plot-{name}' alt='{name}' src='{uri}'>")
-    parts += ["<h2>Candidates</h2>", _html_table(CAND_HEAD, _candidate_rows(d))]
-    parts += ["<h2>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
-    parts.append(_html_table(CERT_HEAD, _cert_rows(d)))
     parts.append("<h2>Kept policy changes</h2>")
-    for k in d.kept or []:
+    for k in _kept_order(d):
         parts.append(f"<h3>{_e(k.arm)} {_e(k.mutation_id)} → set {_e(k.policy_set)}</h3><pre>{_e(k.diff)}</pre>")
     if not d.kept:
         parts.append("<p>No change was kept.</p>")
@@ -242,22 +355,15 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
         lines += ["> Simulated audits: plumbing and statistics, not the quality of any model or policy.", ""]
     lines += [f"**{_m(d.conclusion)}**", "", "## Contract, approval and trust", ""]
     lines += [_md_table(["item", "value"], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
-    for name, file in plot_files.items():
-        lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
+    lines += _cost_md(d)
     lines += ["## Candidates", "", _md_table(CAND_HEAD, _candidate_rows(d)), ""]
     lines += ["## Certification and held-out re-measurement", "", CERT_NOTE, ""]
     lines += [_md_table(CERT_HEAD, _cert_rows(d)), ""]
+    for name, file in plot_files.items():
+        lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
     lines += ["## Kept policy changes", ""]
-    for k in d.kept:
-        fence = _fence(k.diff)
-        lines += [
-            f"### {_m(k.arm)} {_m(k.mutation_id)} → set {_m(k.policy_set)}",
-            "",
-            f"{fence}diff",
-            k.diff,
-            fence,
-            "",
-        ]
+    for k in _kept_order(d):
+        lines += [f"### {k.arm} {k.mutation_id} → set {k.policy_set}", "", "```diff", k.diff, "```", ""]
     if not d.kept:
         lines.append("No change was kept.")
     return "\n".join(lines) + "\n"

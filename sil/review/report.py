@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from scipy import stats
 
 from sil.integrity.verify import verify_run_ledger
 from sil.review.runview import LEDGER, RunView
-from sil.review.summary import build_summary, conclusion
+from sil.review.summary import Summary, build_summary, conclusion
 
 LEVEL = 0.9
 MAX_DIFF_LINES = 200
@@ -84,6 +86,48 @@ class Certification(BaseModel):
     search_effect: dict[str, tuple[float, float, float]] = {}
 
 
+class ArmCost(BaseModel):
+    arm: str
+    audits: int
+    gaps: int
+    usd: float
+    audit_wall_s: float  # summed over the arm's audits (they may overlap in time)
+
+
+class RoleCost(BaseModel):
+    role: str
+    calls: int
+    usd: float
+    note: str = ""
+
+
+class Gap(BaseModel):
+    audit_id: str
+    arm: str
+    reason: str
+
+
+class Cost(BaseModel):
+    """What the run cost and how sure it is: audits, USD, gaps, wall time, error budget, noise floor."""
+
+    arms: list[ArmCost]
+    roles: list[RoleCost]
+    audits: int  # every audit the run made, as its state counts them
+    preflight: int = 0  # of those, the start-time preflight (recorded as a probe, not an audit record)
+    gaps: int
+    gap_reasons: dict[str, int]  # the reason's first words -> how many gaps
+    gap_list: list[Gap]
+    usd: float
+    max_usd: float
+    wall_s: float
+    max_wall_s: float
+    alpha_spent: float
+    alpha_run: float
+    confirmations: int
+    noise: dict[str, tuple[float, int]]  # dim -> (sigma, df) from the never arm's A/A pairs
+    audit_logs: str  # one command (or folder) to open every audit log of the run
+
+
 class ReportData(BaseModel):
     run_id: str
     contract_id: str
@@ -101,22 +145,31 @@ class ReportData(BaseModel):
     summary: dict[str, Any]
     candidates: list[Candidate]
     certifications: list[Certification]
-    replications: list[dict[str, Any]]
+    replications: list[dict]
+    demotions: list[dict] = []
     kept: list[KeptDiff]
+    cost: Cost | None = None
     conclusion: str
 
 
-def effect(values: list[float]) -> Effect:
+def effect(values: list[float], noise: tuple[float, int] | None = None) -> Effect:
+    """With fewer than two rounds, the interval uses the A/A noise floor (sigma, df) if given."""
     arr = np.asarray(values, dtype=float)
-    if arr.size < 2:
+    if arr.size < 2 and noise is None:
         return Effect(mean=float(arr.mean()), lo=None, hi=None, rounds=int(arr.size))
-    half = stats.t.ppf(0.5 + LEVEL / 2, arr.size - 1) * arr.std(ddof=1) / np.sqrt(arr.size)
+    sd, df = (float(arr.std(ddof=1)), arr.size - 1) if arr.size >= 2 else noise  # type: ignore[misc]
+    half = stats.t.ppf(0.5 + LEVEL / 2, df) * sd / np.sqrt(arr.size)
     m = float(arr.mean())
     return Effect(mean=m, lo=m - float(half), hi=m + float(half), rounds=int(arr.size))
 
 
-def rounds_of(view: RunView, mutation_id: str) -> list[dict[str, Any]]:
-    return [r for r in view.of_type("round") if r.get("mutation_id") == mutation_id and not r.get("gap_reason")]
+def rounds_of(view: RunView, arm: str, mutation_id: str) -> list[dict]:
+    """A candidate's usable rounds: keyed by (arm, mutation), since two arms may try the same edit."""
+    return [
+        r
+        for r in view.of_type("round")
+        if r.get("arm") == arm and r.get("mutation_id") == mutation_id and not r.get("gap_reason")
+    ]
 
 
 def _open_command(view: RunView, audit_ids: list[str]) -> str:
@@ -126,17 +179,17 @@ def _open_command(view: RunView, audit_ids: list[str]) -> str:
     return f"simulated audits (no inspect log): evidence in {view.run_dir / 'audits'}/<audit id>/"
 
 
-def candidates(view: RunView, dims: list[str]) -> list[Candidate]:
+def candidates(view: RunView, dims: list[str], noise: dict[str, tuple[float, int]] | None = None) -> list[Candidate]:
     verdicts = {(v["arm"], v["mutation_id"]): v for v in view.of_type("verdict")}
     out = []
     for m in view.of_type("mutation"):
         mut = m["mutation"]
-        rounds = rounds_of(view, mut["mutation_id"])
+        rounds = rounds_of(view, m["arm"], mut["mutation_id"])
         observed = {}
         for d in dims:
             vals = [r["diff"][d] for r in rounds if r["diff"].get(d) is not None]
             if vals:
-                observed[d] = effect(vals)
+                observed[d] = effect(vals, (noise or {}).get(d))
         audit_ids = [
             a["audit_id"] for a in view.of_type("audit") if a["round"] in {r["round"] for r in rounds} or False
         ]
@@ -213,6 +266,77 @@ def certifications(view: RunView) -> list[Certification]:
     return out
 
 
+MAX_GAPS_LISTED = 20
+ROLE_NOTE = "target, auditor and judge together: an audit's usage is recorded whole, not per role"
+
+
+def _gap_kind(reason: str) -> str:
+    """A gap reason without its audit-specific detail, to count alike gaps together."""
+    return reason.split(":")[0].split(" in audit ")[0][:80]
+
+
+def cost(view: RunView) -> Cost:
+    c, s = view.contract, view.state
+    assert c is not None and s is not None
+    audits = view.of_type("audit")
+    arms: dict[str, list[dict]] = {}
+    for a in audits:
+        arms.setdefault(a["arm"], []).append(a)
+    gaps = [a for a in audits if a["status"] == "gap"]
+    kinds = Counter(_gap_kind(g.get("gap_reason") or "unknown") for g in gaps)
+    mutator, canary = view.of_type("mutator_call"), view.of_type("canary")
+    summary = build_summary(s, view.records, c, "")
+    scored = [c.promotion.target_dimensions[0], *c.promotion.critical_dimensions]
+    return Cost(
+        arms=[
+            ArmCost(
+                arm=arm,
+                audits=len(rows),
+                gaps=sum(r["status"] == "gap" for r in rows),
+                usd=round(sum(r["usage"]["usd"] for r in rows), 6),
+                audit_wall_s=round(sum(r["wall_s"] for r in rows), 1),
+            )
+            for arm, rows in arms.items()
+        ],
+        roles=[
+            RoleCost(
+                role="audits", calls=len(audits), usd=round(sum(a["usage"]["usd"] for a in audits), 6), note=ROLE_NOTE
+            ),
+            RoleCost(role="mutator", calls=len(mutator), usd=round(sum(m["usd"] for m in mutator), 6)),
+            RoleCost(
+                role="canary (judge re-runs)",
+                calls=sum(x.get("calls", 0) for x in canary),
+                usd=round(sum(x.get("usd", 0.0) for x in canary), 6),
+            ),
+        ],
+        audits=s.audits,
+        preflight=max(s.audits - len(audits), 0),
+        gaps=len(gaps),
+        gap_reasons=dict(kinds),
+        gap_list=[
+            Gap(audit_id=g["audit_id"], arm=g["arm"], reason=g.get("gap_reason") or "") for g in gaps[:MAX_GAPS_LISTED]
+        ],
+        usd=round(s.usd, 6),
+        max_usd=c.budget.max_usd,
+        wall_s=round(s.elapsed_s, 1),
+        max_wall_s=c.budget.max_wall_s,
+        alpha_spent=summary.alpha_spent,
+        alpha_run=summary.alpha_run,
+        confirmations=summary.confirmations,
+        noise={d: (v, summary.noise_df.get(d, 0)) for d, v in summary.noise_sigma.items() if d in scored},
+        audit_logs=audit_logs(view),
+    )
+
+
+def audit_logs(view: RunView) -> str:
+    """One way to open every audit log of the run: `inspect view` over their common folder, or the folder."""
+    logs = [Path(a["log_path"]) for a in view.of_type("audit") if a.get("log_path")]
+    if logs:
+        common = Path(os.path.commonpath([str(p.parent) for p in logs]))
+        return f"inspect view --log-dir {common}"
+    return f"simulated audits (no inspect logs): every audit's evidence is in {view.run_dir / 'audits'}/"
+
+
 def trust(view: RunView, root: Path) -> Trust:
     rep = verify_run_ledger(view.run_dir / LEDGER, root, None)
     approval = (view.first("contract") or {}).get("approval", "unknown")
@@ -226,6 +350,10 @@ def trust(view: RunView, root: Path) -> Trust:
         approval=approval,
         approval_signed="signed by key" in approval and "key None" not in approval,
     )
+
+
+def _noise(summary: Summary) -> dict[str, tuple[float, int]]:
+    return {d: (v, df) for d, v in summary.noise_sigma.items() if (df := summary.noise_df.get(d, 0)) > 0}
 
 
 def build_report(view: RunView, root: Path) -> ReportData:
@@ -248,11 +376,13 @@ def build_report(view: RunView, root: Path) -> ReportData:
         target=c.promotion.target_dimensions[0],
         critical=list(c.promotion.critical_dimensions),
         dimensions=dims,
-        trust=trust(view, root),
+        trust=trust(view, view.project),  # a sweep run's checkpoints live in its own workspace
         summary=json.loads(summary.model_dump_json()),
-        candidates=candidates(view, dims),
+        candidates=candidates(view, dims, _noise(summary)),
         certifications=certifications(view),
         replications=view.of_type("replicate"),
+        demotions=view.of_type("demote"),
         kept=kept_diffs(view),
+        cost=cost(view),
         conclusion=conclusion(summary),
     )

@@ -22,6 +22,7 @@ from sil.integrity.ledger import LedgerError, Record, read_records
 from sil.store.runstate import RunState
 
 RUNS = Path("state/runs")
+SWEEPS = Path("state/sweeps")  # each sweep run is a project of its own: state/sweeps/<id>/state/runs/<id>
 CONTRACT_SNAPSHOT = "contract.json"
 LEDGER = "ledger.jsonl"
 
@@ -46,6 +47,11 @@ class RunView:
         return found[0] if found else None
 
     @property
+    def project(self) -> Path:
+        """The project folder the run belongs to (a sweep run's is its own workspace)."""
+        return self.run_dir.parents[2]
+
+    @property
     def simulated(self) -> bool:
         return any(r.simulated for r in self.records)
 
@@ -58,12 +64,17 @@ class RunView:
         return list(self.contract.promotion.critical_dimensions) if self.contract else []
 
 
-def run_dirs(root: Path) -> list[Path]:
-    """Every run folder under state/runs, oldest first (a folder without a ledger is skipped)."""
-    base = root / RUNS
-    if not base.is_dir():
-        return []
-    return sorted((p.parent for p in base.glob(f"*/{LEDGER}")), key=lambda p: (p / LEDGER).stat().st_mtime)
+def run_dirs(root: Path, sweeps: bool = True) -> list[Path]:
+    """Every run folder under state/runs (and of every sweep), oldest first; one without a ledger is skipped."""
+    found = list((root / RUNS).glob(f"*/{LEDGER}"))
+    if sweeps:
+        found += (root / SWEEPS).glob(f"*/{RUNS}/*/{LEDGER}")
+    return sorted((p.parent for p in found), key=lambda p: (p / LEDGER).stat().st_mtime)
+
+
+def sweep_run_dirs(root: Path) -> list[Path]:
+    """The run folders of every sweep under state/sweeps, in name order."""
+    return sorted(p.parent for p in (root / SWEEPS).glob(f"*/{RUNS}/*/{LEDGER}"))
 
 
 def resolve_run(root: Path, run: str | None) -> Path:
@@ -76,11 +87,13 @@ def resolve_run(root: Path, run: str | None) -> Path:
         return found[-1]
     try:
         path = run_dir_under(base, run)
+        swept = run_dir_under(root / SWEEPS, run) / RUNS / run
     except RunIdError as ex:
         raise Refused(f"{ex} (list them with `sil runs`)") from None
-    if not (path / LEDGER).is_file():
-        raise Refused(f"no run {run!r} with a ledger under {base} (list them with `sil runs`)")
-    return path
+    for candidate in (path, swept):
+        if (candidate / LEDGER).is_file():
+            return candidate
+    raise Refused(f"no run {run!r} with a ledger under {base} or {root / SWEEPS} (list them with `sil runs`)")
 
 
 def load_run(run_dir: Path) -> RunView:

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
-from sil.exec.startchecks import planned_audits
+from sil.store.champion import ChampionStatus, champions
 from sil.integrity.verify import verify_chain_and_checkpoints
+from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
 from sil.review.runview import LEDGER, RunView
+from sil.exec.startchecks import planned_audits
 
 LAST_VERDICTS = 5
+LONG_FLOAT = re.compile(r"-?\d+\.\d{4,}")
+
+
+def readable(line: str) -> str:
+    """The line with raw floats (0.33897813308452085) cut to three significant digits."""
+    return LONG_FLOAT.sub(lambda m: f"{float(m.group()):.3g}", line)
 
 
 class Verdict(BaseModel):
@@ -50,6 +58,9 @@ class RunStatus(BaseModel):
     elapsed_s: float
     eta_s: float | None
     halt_reason: str | None
+    stopped: bool = False  # neither running nor finished: resume it
+    resume: str = ""
+    champions: dict[str, ChampionStatus] = {}
     last_verdicts: list[Verdict]
     problems: list[str]
 
@@ -65,6 +76,8 @@ class RunOverview(BaseModel):
     max_audits: int | None
     usd: float
     keeps: dict[str, int]
+    demoted: dict[str, int] = {}  # KEEPs taken back later, per arm
+    champion: str = ""  # the gate champion's status in words (sil/store/champion.py)
     verified: bool
     verify_note: str
 
@@ -79,6 +92,24 @@ def is_running(view: RunView) -> bool:
         return True
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+FINAL_PHASES = ("done", "halted")
+
+
+def stopped(phase: str, running: bool) -> bool:
+    """Neither running nor finished: interrupted (Ctrl-C, a crash, a killed process)."""
+    return not running and phase not in FINAL_PHASES and phase != "unknown"
+
+
+def resume_hint(view: RunView) -> str:
+    """The command that resumes the run, from the project root."""
+    cd = (
+        f"cd {view.project.relative_to(view.project.parents[2])} && "
+        if view.project.parent.name == "sweeps" and view.project.parents[1].name == "state"
+        else ""
+    )
+    return f"{cd}sil run --run-id {view.run_id}"
 
 
 def _current(view: RunView) -> tuple[str | None, str | None, int | None]:
@@ -99,13 +130,15 @@ def run_status(view: RunView) -> RunStatus:
     audits = s.audits if s else 0
     elapsed = s.elapsed_s if s else 0.0
     planned = plan.total if plan else None
+    running = is_running(view)
+    halted = stopped(s.phase, running) if s else False
     eta = None
-    if s and planned and audits and s.phase not in ("done", "halted"):
+    if s and planned and audits and s.phase not in FINAL_PHASES and not halted:
         eta = round(elapsed / audits * max(planned - audits, 0), 1)
     verdicts = [Verdict(**{k: v[k] for k in Verdict.model_fields}) for v in view.of_type("verdict")]
     return RunStatus(
         run_id=view.run_id,
-        running=is_running(view),
+        running=running,
         phase=s.phase if s else "unknown",
         arm=arm,
         candidate=candidate,
@@ -122,6 +155,9 @@ def run_status(view: RunView) -> RunStatus:
         elapsed_s=round(elapsed, 1),
         eta_s=eta,
         halt_reason=s.halt_reason if s else None,
+        stopped=halted,
+        resume=resume_hint(view),
+        champions=champions(s, view.records) if s else {},
         last_verdicts=verdicts[-LAST_VERDICTS:],
         problems=view.problems,
     )
@@ -132,17 +168,20 @@ def run_overview(view: RunView) -> RunOverview:
     run = view.first("contract") or {}
     report = verify_chain_and_checkpoints(view.run_dir / LEDGER, view.run_dir.parents[2])
     note = f"{report.records} records, {report.checkpoints} checkpoints" if report.ok else "; ".join(report.errors[:2])
+    champs = champions(s, view.records) if s else {}
     return RunOverview(
         run_id=view.run_id,
         contract_id=run.get("contract_id"),
         contract_hash=run.get("contract_hash"),
         backend=run.get("backend"),
         simulated=view.simulated,
-        phase=s.phase if s else "unknown",
+        phase=(f"stopped ({s.phase})" if stopped(s.phase, is_running(view)) else s.phase) if s else "unknown",
         audits=s.audits if s else 0,
         max_audits=c.budget.max_audits if c else None,
         usd=s.usd if s else 0.0,
         keeps={a: st.keeps for a, st in s.arms.items()} if s else {},
+        demoted={a: c.demoted for a, c in champs.items() if c.demoted},
+        champion=champs["gate"].words if "gate" in champs else "",
         verified=report.ok,
         verify_note=note,
     )
@@ -157,20 +196,24 @@ def _dur(seconds: float | None) -> str:
 
 def status_lines(st: RunStatus) -> list[str]:
     """The human-readable `sil status` text."""
-    of: Callable[[int, int | None], str] = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
+    of = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
+    state = " (running)" if st.running else (f" — stopped; resume with: {st.resume}" if st.stopped else "")
     lines = [
-        f"run {st.run_id}: {st.phase}{' (running)' if st.running else ''}",
+        f"run {st.run_id}: {st.phase}{state}",
         f"audits {of(st.audits, st.audits_planned)} (limit {st.max_audits}), gaps {st.gaps}, "
         f"USD {st.usd:.2f} of {st.max_usd if st.max_usd is not None else '—'}",
         f"error budget α spent {st.alpha_spent:.4f} of {st.alpha_run if st.alpha_run is not None else '—'}",
-        f"elapsed {_dur(st.elapsed_s)}, ETA {_dur(st.eta_s)}",
+        f"elapsed {_dur(st.elapsed_s)}" + ("" if st.stopped else f", ETA {_dur(st.eta_s)}"),
     ]
     if st.arm:
         look = f", look {st.look} of {st.looks}" if st.look is not None and st.looks else ""
         lines.append(f"arm {st.arm}: candidate {st.candidate or '— (between candidates)'}{look}")
+    for c in st.champions.values():
+        if c.keeps:
+            lines.append(f"{c.arm} champion {c.set_id}: {c.words}")
     for v in st.last_verdicts:
         lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}")
     if st.halt_reason:
         lines.append(f"HALTED: {st.halt_reason} — fix the cause, then run the same `sil run` again to resume")
     lines += [f"note: {p}" for p in st.problems]
-    return lines
+    return [readable(line) for line in lines]

@@ -14,12 +14,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sil.contract.prepare import SeedSet
-from sil.contract.schema import Contract
-from sil.integrity.ledger import Record
-from sil.integrity.records import canary_halt
 from sil.stats import fitness
+from sil.integrity.ledger import Record
+from sil.store.champion import ChampionStatus, champion_status
+from sil.contract.schema import Contract
 from sil.store.runstate import RunState
+from sil.contract.prepare import SeedSet
 
 INTERVAL_LEVEL = 0.9
 
@@ -34,6 +34,10 @@ class ArmLine(BaseModel):
     target_change: tuple[float, float, float] | None
     worst_critical: tuple[str, float] | None
     stop_reason: str | None
+    champion: str = ""  # the champion's status in words (sil/store/champion.py), the same in every view
+    standing: str = "unchanged"
+    champion_set: str = ""
+    demoted: int = 0  # KEEPs taken back later (certification or replication)
 
 
 class Confirmation(BaseModel):
@@ -92,10 +96,18 @@ def _level(records: list[Record], arm: str, dim: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
+def _stop_reason(reason: str | None, status: ChampionStatus) -> str | None:
+    """The arm's stop reason, without a "champion certified" note that a later demotion made stale."""
+    if reason is None or status.standing == "certified":
+        return reason
+    return reason.split("; champion certified")[0]
+
+
+def _arm_line(state: RunState, name: str, contract: Contract, records: list[Record]) -> ArmLine:
     arm = state.arms[name]
+    status = champion_status(state, records, name)
     target = contract.promotion.target_dimensions[0]
-    changed = arm.champion != state.origin
+    changed = status.changed
     rounds = list(arm.final_rounds)
     tchange = fitness.interval(rounds, target, INTERVAL_LEVEL) if changed and rounds else None
     worst = None
@@ -115,7 +127,11 @@ def _arm_line(state: RunState, name: str, contract: Contract) -> ArmLine:
         changed=changed,
         target_change=tchange,
         worst_critical=worst,
-        stop_reason=arm.stop_reason,
+        stop_reason=_stop_reason(arm.stop_reason, status),
+        champion=status.words,
+        standing=status.standing,
+        champion_set=status.set_id,
+        demoted=status.demoted,
     )
 
 
@@ -166,7 +182,7 @@ def build_summary(
         noise_sigma=dict(est.sigma) if est else {},
         noise_df=dict(est.df) if est else {},
         aa_mean_diff=float(np.mean(aa)) if aa else None,
-        arms=[_arm_line(state, a, contract) for a in ("never", "random", "gate") if a in state.arms],
+        arms=[_arm_line(state, a, contract, records) for a in ("never", "random", "gate") if a in state.arms],
         audits=state.audits,
         gaps=state.gaps,
         usd=state.usd,
@@ -193,10 +209,10 @@ def conclusion(s: Summary) -> str:
     gate_arm = next((a for a in s.arms if a.arm == "gate"), None)
     if gate_arm is None:
         return "conclusion: no gate arm in this run"
-    if not gate_arm.changed and gate_arm.keeps:
+    if gate_arm.standing == "rolled_back":
         return (
-            f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion failed "
-            "certification against the start and was rolled back — no robust improvement"
+            f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion was "
+            f"{gate_arm.champion} — no robust improvement"
         )
     if not gate_arm.changed:
         return (
@@ -224,7 +240,10 @@ def confirmation_lines(s: Summary) -> list[str]:
     c = s.confirmation
     if c is None:
         return []
+    gate_arm = next((a for a in s.arms if a.arm == "gate"), None)
     verdict = "certified" if c.certified else "NOT certified (rolled back)"
+    if c.certified and gate_arm is not None and gate_arm.standing != "certified":
+        verdict = f"certified, since {gate_arm.champion}"
     head = f"gate champion vs start, Δ {s.target} ({INTERVAL_LEVEL:.0%} CI):"
     if c.certified_on == "search":
         return [
@@ -247,12 +266,13 @@ def render(s: Summary, console: Console) -> None:
         "KEEP",
         f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI; − = better)",
         "worst critical Δ",
+        "champion",
         "stopped because",
     ):
         table.add_column(col)
     for a in s.arms:
         if not a.changed:
-            change = "0 (unchanged)"
+            change = "0 (rolled back)" if a.standing == "rolled_back" else "0 (unchanged)"
         elif a.target_change is None:
             change = "changed, not re-measured"
         else:
@@ -261,7 +281,8 @@ def render(s: Summary, console: Console) -> None:
             if a.arm == "gate" and s.confirmation is not None and s.confirmation.certified_on == "heldout":
                 change += " held-out seeds"
         worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
-        table.add_row(a.arm, str(a.audits), str(a.candidates), str(a.keeps), change, worst, a.stop_reason or "")
+        keeps = f"{a.keeps} ({a.demoted} demoted)" if a.demoted else str(a.keeps)
+        table.add_row(a.arm, str(a.audits), str(a.candidates), keeps, change, worst, a.champion, a.stop_reason or "")
     console.print(table)
     sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
     console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")

@@ -3,26 +3,71 @@
 The kept policy set is audited against the policy it replaced, never reusing the audits that
 led to the KEEP, through the run's own `RoundRunner`: the approval is re-checked before every
 batch, the audit, USD and wall-time budgets apply, and the ledger head is anchored after the
-result. The KEEP holds only if the 90% interval of the target's paired difference lies
-wholly on the improving side of the superiority margin and no critical dimension is worse
-than its margin on average; otherwise it is demoted (and if it is still its arm's champion,
-the champion's file is restored to the parent).
+result. A replication decides only when its test concludes: the KEEP holds if the 90%
+interval of the target's paired difference lies wholly on the improving side of the
+superiority margin, and it is demoted only if that interval lies wholly on the other side
+(or a critical dimension's interval lies wholly beyond its tolerance); if it is still its
+arm's champion, the champion's file is restored to the parent. Otherwise the replication is
+inconclusive, changes nothing, and says about how many rounds would decide.
 
     result = replicate(rc, mutation_id, arm="gate", k=8)
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from sil.base.errors import Refused
-from sil.integrity.records import DemoteRecord, IntentRecord, Keys, ReplicateRecord, Trust, VerdictRecord
-from sil.run.context import RunContext
 from sil.stats import fitness
 from sil.stats.fitness import RoundStat
+from sil.run.context import RunContext
+from sil.base.errors import Refused
+from sil.integrity.records import DemoteRecord, IntentRecord, Keys, ReplicateRecord, RoundRecord, Trust, VerdictRecord
 from sil.store.runstate import ArmState
 
 LEVEL = 0.9
+MIN_ROUNDS = 2  # a t-interval from the rounds' own spread needs two
+MAX_NEEDED = 10_000  # beyond this the effect is indistinguishable from the margin
+
+
+def rounds_needed(ti: tuple[float, float, float], n: int, margin: float) -> int | None:
+    """About how many rounds an interval like `ti` (over n rounds) needs to clear -margin; None: too many."""
+    mean, lo, hi = ti
+    gap = abs(mean + margin)
+    if gap == 0:
+        return None
+    need = math.ceil(n * ((hi - lo) / 2 / gap) ** 2)
+    return max(need, MIN_ROUNDS) if need <= MAX_NEEDED else None
+
+
+def keep_rounds(rc: RunContext, keep: VerdictRecord) -> list[RoundStat]:
+    """The rounds that led to the KEEP (its own arm's, not another arm's candidate of the same edit)."""
+    return [
+        RoundStat(diff=r.diff, n_seeds=r.n_seeds, se={})
+        for r in rc.book.payloads("round", RoundRecord)
+        if r.arm == keep.arm and r.mutation_id == keep.mutation_id and r.gap_reason is None
+    ]
+
+
+def power_note(rc: RunContext, mutation_id: str, arm: str | None, k: int) -> str | None:
+    """Why K fresh rounds are likely too few to decide (Refused below MIN_ROUNDS); None if they may do."""
+    if k < MIN_ROUNDS:
+        raise Refused(f"--k {k}: a replication needs at least {MIN_ROUNDS} fresh rounds for an interval")
+    keep = find_keep(rc, mutation_id, arm)
+    rounds = keep_rounds(rc, keep)
+    target = rc.promotion.target_dimensions[0]
+    ti = fitness.interval(rounds, target, LEVEL) if len(rounds) >= MIN_ROUNDS else None
+    if ti is None:
+        return None
+    need = rounds_needed(ti, len(rounds), rc.promotion.superiority_margin)
+    if need is not None and k >= need:
+        return None
+    about = f"about {need}" if need else f"more than {MAX_NEEDED}"
+    return (
+        f"--k {k} is likely too few: at the KEEP's own effect and spread ({ti[0]:+.2f} over {len(rounds)} "
+        f"rounds) a replication needs {about} rounds to conclude; an inconclusive one changes nothing"
+    )
 
 
 def find_keep(rc: RunContext, mutation_id: str, arm: str | None) -> VerdictRecord:
@@ -75,20 +120,30 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
         d: (float(np.mean(v)) if (v := [x for r in rounds if (x := r.diff.get(d)) is not None]) else None)
         for d in p.critical_dimensions
     }
-    if ti is None:
-        demoted, reason = True, "not enough usable fresh rounds for an interval: the KEEP is unconfirmed"
-    elif ti[2] >= -p.superiority_margin:
+    harmed = [
+        d
+        for d in p.critical_dimensions
+        if (ci := fitness.interval(rounds, d, LEVEL)) is not None and ci[1] > min(p.critical_margin, p.tolerance(d))
+    ]
+    needed: int | None = None
+    if harmed:
+        demoted, reason = True, f"critical dimensions worse than their harm tolerance (whole interval): {harmed}"
+    elif ti is None:
+        demoted, reason = False, "inconclusive: not enough usable fresh rounds for an interval; nothing changed"
+    elif ti[1] >= -p.superiority_margin:
         demoted, reason = (
             True,
-            (
-                f"fresh rounds do not show {target} improving: "
-                f"{ti[0]:+.3f} [{ti[1]:+.3f}, {ti[2]:+.3f}] reaches {-p.superiority_margin:+.3f}"
-            ),
+            f"fresh rounds show no {target} improvement: {_ci(ti)} lies wholly at or above {-p.superiority_margin:+.3f}",
         )
-    elif bad := [d for d, m in crit.items() if m is not None and m > min(p.critical_margin, p.tolerance(d))]:
-        demoted, reason = True, f"critical dimensions worse than their harm tolerance: {bad}"
+    elif ti[2] < -p.superiority_margin:
+        demoted, reason = False, f"holds: the {LEVEL:.0%} interval of {target} {_ci(ti)} excludes no improvement"
     else:
-        demoted, reason = False, f"the {LEVEL:.0%} interval of {target} excludes no improvement"
+        needed = rounds_needed(ti, len(rounds), p.superiority_margin) or MAX_NEEDED
+        demoted, reason = (
+            False,
+            f"inconclusive: {target} {_ci(ti)} spans {-p.superiority_margin:+.3f}; needs about {needed} rounds "
+            "to decide; the KEEP stands unconfirmed, nothing changed",
+        )
     return ReplicateRecord(
         mutation_id=keep.mutation_id,
         arm=keep.arm,
@@ -99,7 +154,13 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
         demoted=demoted,
         reason=reason,
         champion_reverted=False,
+        conclusive=demoted or (ti is not None and ti[2] < -p.superiority_margin),
+        rounds_needed=needed,
     )
+
+
+def _ci(ti: tuple[float, float, float]) -> str:
+    return f"{ti[0]:+.2f} [{ti[1]:+.2f}, {ti[2]:+.2f}]"
 
 
 def record_replication(rc: RunContext, keep: VerdictRecord, result: ReplicateRecord, n: int) -> None:

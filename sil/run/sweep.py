@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
@@ -96,7 +98,8 @@ def plan_sweep(contracts: list[Path], root: Path, seeds: int = 1) -> list[SweepR
                 contract = parse_contract(text, str(path)).contract
             except ContractError as ex:
                 raise Refused(str(ex)) from None
-            run_id = f"{contract.contract_id}-{contract.contract_hash[:8]}"
+            # not the id a plain `sil run` of that contract takes: the two share the project's checkpoint refs
+            run_id = f"sweep-{contract.contract_id}-{contract.contract_hash[:8]}"
             if any(r.run_id == run_id for r in runs):
                 raise Refused(f"{path} (seed +{k}) is the same contract as an earlier one of the sweep (run {run_id})")
             runs.append(SweepRun(make_workspace(root, path, text, contract, run_id), run_id, path))
@@ -179,3 +182,80 @@ def sweep_table(outcomes: list[SweepOutcome]) -> Table:
             "ok" if r.verified else f"FAILS {escape(r.verify_note)}",
         )
     return table
+
+
+class SweepAggregate(BaseModel):
+    """The gate arm across a sweep's finished runs: effect on the target, KEEP rate, cost."""
+
+    runs: list[str]
+    finished: int
+    target: str | None
+    effects: list[float]  # per run: the gate champion's Δ target vs start (0 when unchanged or rolled back)
+    effect_mean: float | None
+    effect_lo: float | None  # 90% t-interval across runs (needs two)
+    effect_hi: float | None
+    keeps: int
+    candidates: int
+    certified_runs: int
+    audits: int
+    gaps: int
+    usd: float
+    wall_s: float
+
+
+def sweep_aggregate(run_dirs: list[Path]) -> SweepAggregate:
+    """Aggregate the runs' own summaries; a run without state or contract counts only as listed."""
+    from sil.store.champion import champion_status
+    from sil.review.summary import build_summary
+
+    effects, keeps, cands, certified, audits, gaps, usd, wall, target = [], 0, 0, 0, 0, 0, 0.0, 0.0, None
+    for d in run_dirs:
+        view = load_run(d)
+        if view.state is None or view.contract is None or view.state.phase != "done":
+            continue
+        s = build_summary(view.state, view.records, view.contract, "")
+        target = s.target
+        gate = next((a for a in s.arms if a.arm == "gate"), None)
+        if gate is not None:
+            effects.append(gate.target_change[0] if gate.changed and gate.target_change else 0.0)
+            keeps, cands = keeps + gate.keeps, cands + gate.candidates
+            certified += champion_status(view.state, view.records, "gate").standing == "certified"
+        audits, gaps, usd, wall = audits + s.audits, gaps + s.gaps, usd + s.usd, wall + s.elapsed_s
+    lo = hi = None
+    if len(effects) >= 2:
+        from scipy import stats
+
+        arr = np.asarray(effects)
+        half = float(stats.t.ppf(0.95, arr.size - 1) * arr.std(ddof=1) / np.sqrt(arr.size))
+        lo, hi = float(arr.mean()) - half, float(arr.mean()) + half
+    return SweepAggregate(
+        runs=[d.name for d in run_dirs],
+        finished=len(effects),
+        target=target,
+        effects=effects,
+        effect_mean=float(np.mean(effects)) if effects else None,
+        effect_lo=lo,
+        effect_hi=hi,
+        keeps=keeps,
+        candidates=cands,
+        certified_runs=certified,
+        audits=audits,
+        gaps=gaps,
+        usd=round(usd, 6),
+        wall_s=round(wall, 1),
+    )
+
+
+def aggregate_lines(a: SweepAggregate) -> list[str]:
+    """The aggregate in words: effect mean and interval, KEEP rate, certified runs, cost."""
+    if not a.finished:
+        return [f"sweep of {len(a.runs)} runs: none finished yet"]
+    eff = "—" if a.effect_mean is None else f"{a.effect_mean:+.2f}"
+    if a.effect_lo is not None and a.effect_hi is not None:
+        eff += f" [{a.effect_lo:+.2f}, {a.effect_hi:+.2f}] (90% CI across runs)"
+    rate = f"{a.keeps}/{a.candidates} ({a.keeps / a.candidates:.0%})" if a.candidates else "0/0"
+    return [
+        f"sweep of {len(a.runs)} runs, {a.finished} finished: gate champion Δ {a.target} vs start {eff}",
+        f"gate KEEP rate {rate}; certified champion in {a.certified_runs} of {a.finished} runs",
+        f"cost: {a.audits} audits ({a.gaps} gaps), USD {a.usd:.2f}, wall {a.wall_s:.0f}s summed over runs",
+    ]

@@ -350,6 +350,7 @@ def execute_run(
     out: Console,
     err: Console,
     on_event: Callable[[str], None] | None = None,
+    before_summary: Callable[[], None] | None = None,
 ) -> int:
     """The whole `sil run` command; returns its exit code. Refusals leave no run folder."""
     run_dir = unrefused_run_dir(loaded, root, run_id, err)
@@ -373,6 +374,8 @@ def execute_run(
                 rc = open_run(loaded, cfg, measurement_hash)
                 run_phases(rc)
             records = list(read_records(run_dir / "ledger.jsonl"))
+            if before_summary is not None:
+                before_summary()  # e.g. the progress bar leaves the screen first
             render(build_summary(rc.state, records, loaded.contract, rc.backend.note, rc.measure.higher_better), out)
             out.print(f"ledger: {run_dir / 'ledger.jsonl'}  (verify: sil ledger verify {run_id})")
             return ExitCode.HALTED if rc.state.phase == "halted" else ExitCode.OK

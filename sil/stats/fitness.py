@@ -28,7 +28,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy import stats
 
 from sil.contract.schema import Promotion
 
@@ -144,6 +143,8 @@ def paired_round(
         resid = np.where(both, d - mean, 0.0)
         sd = np.sqrt((resid**2).sum(axis=0) / (n - 1))
     for k, share in _trimmed(dims, trim):
+        from scipy import stats  # on first use: reading a run needs no scipy
+
         mean[k] = stats.trim_mean(d[both[:, k], k], share) if n[k] else mean[k]
     ok = scored >= need
     diff: dict[str, float | None] = {}
@@ -320,6 +321,8 @@ def interval(
         sd, df = float(xs.std(ddof=1)), n - 1
     else:
         return None
+    from scipy import stats  # on first use: reading a run needs no scipy
+
     mean = float(xs.mean())
     half = float(stats.t.ppf(0.5 + level / 2, df)) * sd / math.sqrt(n)
     return mean, mean - half, mean + half

@@ -34,7 +34,6 @@ from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import optimize, special, stats
 
 from sil.contract.schema import Promotion
 from sil.stats.fitness import NoiseEstimate, RoundStat
@@ -56,6 +55,8 @@ Spending = Literal["obf", "pocock"]
 
 def obf_spending(alpha: float, looks: int) -> np.ndarray:
     """Alpha spent at each of `looks` equally spaced looks: a*(t) = 2 - 2 Phi(z_{1-a/2}/sqrt t)."""
+    from scipy import stats  # on first use: reading a run needs no scipy
+
     z = stats.norm.isf(alpha / 2)
     t = np.arange(1, looks + 1) / looks
     cumulative = np.concatenate([[0.0], 2 * stats.norm.sf(z / np.sqrt(t))])
@@ -84,6 +85,8 @@ def obf_boundaries(alpha: float, looks: int, spending: Spending = "obf") -> tupl
     space, so increments as small as 1e-16 (early looks at small alpha) stay accurate.
     c_k = inf when nothing is spent at look k.
     """
+    from scipy import stats  # on first use: reading a run needs no scipy
+
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if looks < 1:
@@ -109,6 +112,8 @@ def _crossing_cut(mass: np.ndarray | None, grid: np.ndarray, target: float) -> f
 
     P(S_k <= s, ...) = sum_u mass_{k-1}(u) Phi(s - u), monotone in s: solved by bisection.
     """
+    from scipy import optimize, special, stats  # on first use: reading a run needs no scipy
+
     if target <= 1e-300:
         return -math.inf
     if mass is None:
@@ -131,6 +136,8 @@ def _crossing_cut(mass: np.ndarray | None, grid: np.ndarray, target: float) -> f
 @lru_cache(maxsize=8192)
 def t_boundaries(alpha: float, looks: int, df: int | None, spending: Spending = "obf") -> tuple[float, ...]:
     """Boundaries moved to the t scale: c' = F^-1_{t,df}(Phi(c)). df None = known sigma."""
+    from scipy import stats  # on first use: reading a run needs no scipy
+
     z = obf_boundaries(alpha, looks, spending)
     if df is None:
         return z

@@ -15,11 +15,12 @@ import difflib
 import stat
 from pathlib import Path
 
+from sil.integrity.ledger import Ledger, RecordBook, read_records
+from sil.store.champion import champion_status
 from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
-from sil.integrity.ledger import Ledger, RecordBook, read_records
-from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord, canary_halt
 from sil.policies.store import PolicyStore, read_policy_dir
+from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord
 from sil.store.runstate import RunState
 from sil_policy import SURFACES
 
@@ -45,6 +46,9 @@ def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str, trust: Trust
         raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
     champion = state.arms[arm_name].champion
     current, _ = read_policy_dir(policy_dir)
+    status = champion_status(state, list(read_records(run_dir / "ledger.jsonl")), arm_name)
+    if status.standing == "rolled_back":
+        raise Refused(f"the {arm_name} champion was {status.words}; there is nothing to promote")
     if current == champion:
         return f"{policy_dir} already holds the {arm_name} champion {champion.set_id}"
     if current != state.origin:
@@ -86,17 +90,13 @@ def promotion_risks(run_dir: Path, arm_name: str) -> list[str]:
     if state is None or arm_name not in state.arms:
         raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
     risks = [CONTROL_ARMS[arm_name]] if arm_name in CONTROL_ARMS else []
-    records = list(read_records(run_dir / "ledger.jsonl"))
-    if why := canary_halt(records):
-        risks.append(f"{why}; the champion's comparisons are not trustworthy")
-    champion = state.arms[arm_name].champion
-    if champion == state.origin:
+    status = champion_status(state, list(read_records(run_dir / "ledger.jsonl")), arm_name)
+    if status.standing == "rolled_back":
+        raise Refused(f"the {arm_name} champion was {status.words}; there is nothing to promote")
+    if not status.changed:
         return risks
-    certified = any(
-        r.type == "certify" and r.payload["policy_set"] == champion.set_id and r.payload["certified"] for r in records
-    )
-    if not certified:
-        risks.append(f"champion {champion.set_id} was not certified against the starting policy")
+    if status.standing != "certified":
+        risks.append(f"champion {status.set_id}: {status.words}")
     return risks
 
 

@@ -1,0 +1,289 @@
+"""A review a person can trust at a glance (issue 26): one answer in every view, clear errors.
+
+Each test names the numbered item of the issue it covers. Most share the finished tiny run of
+tests/test_review.py (read-only) or a private copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from sil.stats.fitness import RoundStat
+from sil.contract.schema import load_contract
+from tests.conftest import REPO
+from tests.cli.test_cli import invoke
+from tests.review.test_review import RUN, copy_of, done  # noqa: F401 - the shared finished run
+
+TARGET = "broken_tool_use"
+
+
+def _rc(**promotion: object) -> SimpleNamespace:
+    p = load_contract(REPO / "program.md").contract.promotion.model_copy(update=promotion)
+    return SimpleNamespace(promotion=p)
+
+
+def _keep(arm: str = "gate") -> SimpleNamespace:
+    return SimpleNamespace(mutation_id="m1", arm=arm)
+
+
+def _rounds(*target: float) -> list[RoundStat]:
+    return [RoundStat(diff={TARGET: x, "concerning": 0.0}, n_seeds={TARGET: 4}, se={}) for x in target]
+
+
+# ---- 1. an underpowered replicate must not demote; every view reads the champion alike ----------
+
+
+def test_1_an_underpowered_replication_is_inconclusive_and_changes_nothing() -> None:
+    from sil.run.replication import judge_replication
+
+    # the issue's case: two rounds, -0.825 [-3.508, +1.858]: the interval spans the margin
+    result = judge_replication(_rc(), _keep(), _rounds(-3.5, 1.85))  # type: ignore[arg-type]
+    assert not result.demoted and not result.conclusive
+    assert result.rounds_needed is not None and result.rounds_needed > 2
+    assert "inconclusive" in result.reason and f"about {result.rounds_needed} rounds" in result.reason
+
+
+def test_1_a_replication_decides_when_its_interval_clears_the_margin() -> None:
+    from sil.run.replication import judge_replication
+
+    worse = judge_replication(_rc(), _keep(), _rounds(0.6, 0.5, 0.7, 0.55))  # type: ignore[arg-type]
+    assert worse.demoted and worse.conclusive and "no broken_tool_use improvement" in worse.reason
+    better = judge_replication(_rc(), _keep(), _rounds(-1.0, -1.2, -0.9, -1.1))  # type: ignore[arg-type]
+    assert not better.demoted and better.conclusive and better.reason.startswith("holds")
+
+
+def test_1_replicate_refuses_fewer_than_two_rounds(copy_of) -> None:  # noqa: F811
+    keep = next(v for v in _records(copy_of, "verdict") if v["verdict"] == "keep")
+    result = invoke("replicate", RUN, keep["mutation_id"], "--arm", keep["arm"], "--k", "1")
+    assert result.exit_code == 2 and "at least 2 fresh rounds" in result.output
+    assert not _records(copy_of, "replicate"), "a refused replication wrote nothing"
+
+
+def test_1_every_view_reads_a_demoted_champion_alike(copy_of) -> None:  # noqa: F811
+    """A KEEP demoted by a replication: summary, report, runs, status and promote all say so."""
+    arm = _demote_a_keep(copy_of)
+    report = copy_of / "rep"
+    assert invoke("report", RUN, "--out", str(report)).exit_code == 0
+    data = json.loads((report / "report.json").read_text())
+    line = next(a for a in data["summary"]["arms"] if a["arm"] == arm)
+    assert line["standing"] == "rolled_back" and "demoted by a replication" in line["champion"]
+    html = (report / "report.html").read_text()
+    assert "rolled back to the starting policy" in html and "1 (1 demoted)" in html
+    runs = json.loads(invoke("runs", "--json").output)[0]
+    assert runs["demoted"] == {arm: 1}
+    status = invoke("status", RUN).output
+    assert f"{arm} champion" in status and "rolled back to the starting policy" in status
+    promote = invoke("promote", RUN, "--arm", arm, "--force")
+    assert promote.exit_code == 2 and "nothing to promote" in promote.output
+
+
+def _records(root: Path, kind: str) -> list[dict]:
+    out = invoke("ledger", "show", RUN, "--json", "--type", kind).output
+    return [json.loads(line)["payload"] for line in out.splitlines() if line.strip()]
+
+
+def _demote_a_keep(root: Path) -> str:
+    """Record a concluded, demoting replication of the run's KEEP through the library's own path."""
+    from sil.contract.approval import frozen_measurement_hash
+    from sil.base.locks import run_lock
+    from sil.integrity.records import ReplicateRecord, Trust, VerdictRecord
+    from sil.run.replication import record_replication
+    from sil.run.train import guarded_config, open_run
+
+    loaded = load_contract(root / "program.md")
+    run_dir = root / "state" / "runs" / RUN
+    with run_lock(run_dir):
+        rc = open_run(
+            loaded,
+            guarded_config(loaded, root, run_dir, lambda _: None),
+            frozen_measurement_hash(loaded.contract, root),
+        )
+        keep = next(v for v in rc.book.payloads("verdict", VerdictRecord) if v.verdict == "keep")
+        if rc.book.open_segment(f"replicate {keep.arm} {keep.mutation_id}", Trust()):
+            rc.rounds.anchor()
+        result = ReplicateRecord(
+            mutation_id=keep.mutation_id,
+            arm=keep.arm,
+            rounds=8,
+            target=TARGET,
+            target_interval=(0.6, 0.4, 0.8),
+            critical_means={},
+            demoted=True,
+            reason="fresh rounds show no improvement",
+            champion_reverted=False,
+        )
+        record_replication(rc, keep, result, 0)
+    return keep.arm
+
+
+# ---- 2. per-candidate views are keyed by (arm, mutation) ----------------------------------
+
+
+def test_2_candidates_of_two_arms_with_one_mutation_id_keep_their_own_rounds(tmp_path) -> None:
+    from sil.review.report import candidates
+    from sil.review.runview import RunView
+
+    mutation = {
+        "mutation_id": "9baa33b1d33b",
+        "surface": "wrapper_prompt",
+        "path": "sections.x",
+        "hypothesis": "h",
+        "evidence": [],
+        "expected_effect": {},
+    }
+    recs = [
+        SimpleNamespace(type="mutation", payload={"arm": a, "index": 0, "mutation": mutation})
+        for a in ("random", "gate")
+    ]
+    for arm, diffs in (("random", (0.2, 0.24)), ("gate", (0.8, 0.96))):
+        recs += [
+            SimpleNamespace(
+                type="round",
+                payload={"arm": arm, "round": f"{arm}-r{i}", "mutation_id": "9baa33b1d33b", "diff": {TARGET: d}},
+            )
+            for i, d in enumerate(diffs)
+        ]
+    view = RunView(run_dir=tmp_path, state=None, records=recs, contract=None)  # type: ignore[arg-type]
+    got = {c.arm: c.observed[TARGET].mean for c in candidates(view, [TARGET])}
+    assert got == pytest.approx({"random": 0.22, "gate": 0.88})
+
+
+# ---- 3. sweep runs are visible and do not break a plain run -------------------------------
+
+
+def test_3_a_sweep_run_id_is_not_the_plain_runs(workspace) -> None:
+    from sil.run.sweep import plan_sweep
+
+    (run,) = plan_sweep([workspace / "program.md"], workspace)
+    c = load_contract(workspace / "program.md").contract
+    assert run.run_id != f"{c.contract_id}-{c.contract_hash[:8]}", "the two would share checkpoint refs"
+
+
+def test_3_runs_status_report_and_compare_see_sweep_runs(copy_of) -> None:  # noqa: F811
+    ws = copy_of / "state" / "sweeps" / "sw1"
+    (ws / "state").mkdir(parents=True)
+    shutil.copy(copy_of / "program.md", ws / "program.md")
+    shutil.copytree(copy_of / "state" / "runs" / RUN, ws / "state" / "runs" / "sw1")
+    if (copy_of / "state" / "anchors.git").exists():
+        shutil.copytree(copy_of / "state" / "anchors.git", ws / "state" / "anchors.git")
+    assert "sw1" in [r["run_id"] for r in json.loads(invoke("runs", "--json").output)]
+    assert invoke("status", "sw1").exit_code == 0
+    assert invoke("report", "sw1", "--out", str(copy_of / "swrep")).exit_code == 0
+    assert invoke("compare", RUN, "sw1").exit_code == 0
+    agg = invoke("report", "--sweep")
+    assert agg.exit_code == 0 and "sweep of 1 runs, 1 finished" in agg.output and "KEEP rate" in agg.output
+    data = json.loads((copy_of / "state" / "sweeps" / "sweep-report.json").read_text())
+    assert data["finished"] == 1 and data["audits"] > 0 and len(data["effects"]) == 1
+
+
+# ---- 8. user errors: one line, exit 2 -------------------------------------------------------
+
+
+def test_8_out_paths_that_cannot_be_written_are_one_line_errors(copy_of) -> None:  # noqa: F811
+    (copy_of / "README.md").write_text("mine\n")
+    for args in (
+        ("report", RUN, "--out", "README.md"),
+        ("report", RUN, "--out", "README.md/sub"),
+        ("export", RUN, "--out", "README.md/x.csv"),
+        ("report", RUN, "--out", "/proc/sil-no-such/dir"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.strip().count("\n") == 0 and result.output.startswith("error:"), result.output
+    assert (copy_of / "README.md").read_text() == "mine\n", "nothing was overwritten"
+    (copy_of / "review").mkdir()
+    assert invoke("export", RUN, "--out", "review/").exit_code == 0  # a folder: the file goes inside
+    assert (copy_of / "review" / "export.csv").is_file()
+
+
+# ---- 9. terminal output levels ----------------------------------------------------------------
+
+
+def test_9_looks_only_with_verbose_and_floats_rounded(tmp_path) -> None:
+    from sil.cli.progress import RunProgress
+
+    lines = [
+        "gate: candidate 0 8cd1af8fc266 wrapper_prompt.sections.tool_errors",
+        "  gate-c00-8cd1af8fc266-r01: continue (look 1 of 48: statistic 0.33897813308452085)",
+        "  gate 8cd1af8fc266: REVERT — conditional power 0.041234567 < 0.05",
+    ]
+    printed = {}
+    for verbosity in (-1, 0, 1):
+        buf = StringIO()
+        with RunProgress(Console(file=buf, width=200), tmp_path, 10, live=False, verbosity=verbosity) as p:
+            for line in lines:
+                p.event(line)
+        printed[verbosity] = buf.getvalue()
+    assert printed[-1] == ""
+    assert "look 1 of 48" not in printed[0] and "REVERT" in printed[0] and "candidate 0" in printed[0]
+    assert "look 1 of 48" in printed[1] and "0.339" in printed[1]
+    assert "0.33897813308452085" not in printed[1] and "0.0412" in printed[0]
+
+
+# ---- 10. a stopped run says so ----------------------------------------------------------------
+
+
+def test_10_status_and_runs_of_a_stopped_run(copy_of) -> None:  # noqa: F811
+    from sil.store.runstate import RunState
+
+    run_dir = copy_of / "state" / "runs" / RUN
+    state = RunState.load(run_dir)
+    assert state is not None
+    state.phase = "gate"
+    state.save(run_dir)
+    text = invoke("status", RUN).output
+    assert f"stopped; resume with: sil run --run-id {RUN}" in text and "ETA" not in text
+    assert json.loads(invoke("runs", "--json").output)[0]["phase"] == "stopped (gate)"
+
+
+# ---- 11. compare any runs ----------------------------------------------------------------------
+
+
+def test_11_compare_three_runs_shows_what_differs_in_the_outcome(copy_of) -> None:  # noqa: F811
+    for other in ("t2", "t3"):
+        shutil.copytree(copy_of / "state" / "runs" / RUN, copy_of / "state" / "runs" / other)
+    state = copy_of / "state" / "runs" / "t3" / "state.json"
+    data = json.loads(state.read_text())
+    data["usd"] = 1.25
+    state.write_text(json.dumps(data))
+    result = invoke("compare", RUN, "t2", "t3", "--json")
+    assert result.exit_code == 0
+    cmp = json.loads(result.output)
+    assert cmp["runs"] == [RUN, "t2", "t3"]
+    usd = next(r for r in cmp["outcome"] if r["item"] == "USD")
+    assert usd["values"][2] == "1.25" and usd["values"][0] != "1.25"
+    assert invoke("compare", RUN).exit_code == 2
+
+
+# ---- 12. ledger show --type and contract history ------------------------------------------------
+
+
+def test_12_unknown_record_type_and_a_history_of_one(copy_of) -> None:  # noqa: F811
+    result = invoke("ledger", "show", RUN, "--type", "verdcit")
+    assert result.exit_code == 2 and "not a record type" in result.output and "verdict" in result.output
+    history = invoke("contract", "history")
+    assert history.exit_code == 0 and "current" in history.output and "(first)" in history.output
+
+
+# ---- 13. start-up imports ---------------------------------------------------------------------
+
+
+HEAVY = ("matplotlib", "scipy", "inspect_ai", "ray", "pandas", "pyarrow")
+
+
+@pytest.mark.parametrize(
+    "modules", ["sil.cli.app", "sil.cli.app, sil.review.runview, sil.review.status, sil.store.champion"], ids=["version", "runs-status"]
+)
+def test_13_cli_and_review_of_a_run_import_no_heavy_module(modules: str) -> None:
+    code = f"import sys, {modules}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
