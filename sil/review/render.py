@@ -17,6 +17,7 @@ from sil.base.fsutil import atomic_write_bytes
 from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.plots import all_plots
 from sil.review.runview import RunView
+from sil.review.status import readable
 
 PLOT_TITLES = {
     "trajectories": "Target and critical dimensions per audit, per arm",
@@ -34,7 +35,8 @@ pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em;white-space:p
 .keep{color:#176c2a;font-weight:bold}.revert{color:#a11;font-weight:bold}.pending{color:#666}
 td.keep{background:#e6f4e9}td.revert{background:#fbe9e9}
 .warn{background:#fff4d6;padding:.5em;border-left:4px solid #e0a800}code{font-size:.9em}
-details summary{cursor:pointer;color:#555}table.kv td:first-child{width:14em;font-weight:bold}
+details summary{cursor:pointer;color:#555}table.kv th:first-child{width:16em}table.kv td:first-child{font-weight:bold}
+td{white-space:pre-line}
 """
 
 # marks the body with how many plots decoded and how many tables overflow the window, so a
@@ -70,7 +72,7 @@ def _candidate_rows(d: ReportData) -> list[list[str]]:
                 c.arm,
                 c.mutation_id,
                 fmt_effect(c.observed.get(d.target)),
-                c.reason or "",
+                readable(c.reason or ""),
                 f"{c.surface}.{c.path}",
                 expected,
                 c.hypothesis,
@@ -125,8 +127,10 @@ def _td(cell: object) -> str:
     return f"<td class='{cls}'>{_e(cell)}</td>" if cls else f"<td>{_e(cell)}</td>"
 
 
-def _html_table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+def _html_table(head: list[str], rows: list[list[str]], cls: str = "", widths: list[int] | None = None) -> str:
+    """A table that fits the page; `widths` in % of it per column (fixed layout takes them from the head)."""
+    styles = [f" style='width:{w}%'" for w in widths] if widths else [""] * len(head)
+    th = "".join(f"<th{st}>{_e(h)}</th>" for h, st in zip(head, styles, strict=True))
     body = "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in rows)
     return f"<table{f' class={cls!r}' if cls else ''}><tr>{th}</tr>{body}</table>"
 
@@ -213,6 +217,9 @@ CERT_HEAD = [
 ]
 
 
+CERT_WIDTHS = [5, 10, 9, 5, 10, 15, 30, 16]
+
+
 def _seeds_cell(c: Certification) -> str:
     if c.seed_set == "heldout":
         return f"held-out ({c.seeds}), never used by the search"
@@ -238,7 +245,7 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
             if g.get("estimate") is not None and g.get("statistic") is not None and g.get("boundary") is not None
             else f"{g['dim']}: unknown"
             for g in c.legs
-        )
+        ).replace("; ", ";\n")
         certified = "yes" if c.certified else "NO"
         later = [x for x in d.demotions if x["arm"] == c.arm and x["policy_set"] == c.policy_set]
         if c.certified and later:
@@ -331,12 +338,12 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
             "not the quality of any model or policy.</p>"
         )
     parts += [f"<p><b>{_e(d.conclusion)}</b></p>", "<h2>Contract, approval and trust</h2>"]
-    parts.append(_html_table(["item", "value"], _overview_rows(d)))
+    parts.append(_html_table(["item", "value"], _overview_rows(d), "kv"))
     parts += ["<h2>Arms</h2>", _html_table(ARM_HEAD, _arm_rows(d))]
     parts += _cost_html(d)
     parts += ["<h2>Candidates</h2>", _candidate_html(d)]
     parts += ["<h2 id='certification'>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
-    parts.append(_html_table(CERT_HEAD, _cert_rows(d)))
+    parts.append(_html_table(CERT_HEAD, _cert_rows(d), widths=CERT_WIDTHS))
     for name, png in pngs.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
         parts.append(f"<h2>{_e(PLOT_TITLES[name])}</h2><img class='plot' id='plot-{name}' alt='{name}' src='{uri}'>")

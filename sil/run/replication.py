@@ -32,13 +32,22 @@ MAX_NEEDED = 10_000  # beyond this the effect is indistinguishable from the marg
 
 
 def rounds_needed(ti: tuple[float, float, float], n: int, margin: float) -> int | None:
-    """About how many rounds an interval like `ti` (over n rounds) needs to clear -margin; None: too many."""
+    """About how many rounds an effect and spread like `ti`'s (over n rounds) need for the 90%
+    interval to clear -margin, with the t quantile of each size; None: more than MAX_NEEDED."""
+    from scipy import stats  # only a replication needs it
+
     mean, lo, hi = ti
     gap = abs(mean + margin)
+    q = lambda k: float(stats.t.ppf(0.5 + LEVEL / 2, k - 1))  # noqa: E731
+    sd = (hi - lo) / 2 * math.sqrt(n) / q(n)
     if gap == 0:
         return None
-    need = math.ceil(n * ((hi - lo) / 2 / gap) ** 2)
-    return max(need, MIN_ROUNDS) if need <= MAX_NEEDED else None
+    k = MIN_ROUNDS
+    while q(k) * sd / math.sqrt(k) >= gap:
+        k = k + 1 if k < 100 else int(k * 1.1)
+        if k > MAX_NEEDED:
+            return None
+    return k
 
 
 def keep_rounds(rc: RunContext, keep: VerdictRecord) -> list[RoundStat]:
@@ -129,7 +138,7 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
     if harmed:
         demoted, reason = True, f"critical dimensions worse than their harm tolerance (whole interval): {harmed}"
     elif ti is None:
-        demoted, reason = False, "inconclusive: not enough usable fresh rounds for an interval; nothing changed"
+        demoted, reason = False, "not enough usable fresh rounds for an interval; nothing changed"
     elif ti[1] >= -p.superiority_margin:
         demoted, reason = (
             True,
@@ -141,8 +150,8 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
         needed = rounds_needed(ti, len(rounds), p.superiority_margin) or MAX_NEEDED
         demoted, reason = (
             False,
-            f"inconclusive: {target} {_ci(ti)} spans {-p.superiority_margin:+.3f}; needs about {needed} rounds "
-            "to decide; the KEEP stands unconfirmed, nothing changed",
+            f"{target} {_ci(ti)} spans the margin {-p.superiority_margin:+.2f}; about {needed} rounds "
+            "would decide; the KEEP stands unconfirmed, nothing changed",
         )
     return ReplicateRecord(
         mutation_id=keep.mutation_id,

@@ -7,6 +7,7 @@ tests/test_review.py (read-only) or a private copy of it.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def test_1_an_underpowered_replication_is_inconclusive_and_changes_nothing() -> 
     result = judge_replication(_rc(), _keep(), _rounds(-3.5, 1.85))  # type: ignore[arg-type]
     assert not result.demoted and not result.conclusive
     assert result.rounds_needed is not None and result.rounds_needed > 2
-    assert "inconclusive" in result.reason and f"about {result.rounds_needed} rounds" in result.reason
+    assert f"about {result.rounds_needed} rounds would decide" in result.reason and "nothing changed" in result.reason
 
 
 def test_1_a_replication_decides_when_its_interval_clears_the_margin() -> None:
@@ -287,3 +288,88 @@ def test_13_cli_and_review_of_a_run_import_no_heavy_module(modules: str) -> None
     code = f"import sys, {modules}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
+
+
+# ---- 4-7. the report: cost and confidence, layout, plots, one link to the audit logs ---------------
+
+
+@pytest.fixture(scope="module")
+def report_dir(done, tmp_path_factory) -> Path:  # noqa: F811
+    import os
+
+    out = tmp_path_factory.mktemp("report")
+    cwd = Path.cwd()
+    os.chdir(done)
+    try:
+        assert invoke("report", RUN, "--out", str(out)).exit_code == 0
+    finally:
+        os.chdir(cwd)
+    return out
+
+
+def test_4_the_report_says_what_the_run_cost_and_how_sure_it_is(report_dir) -> None:
+    cost = json.loads((report_dir / "report.json").read_text())["cost"]
+    assert cost["audits"] > 0 and cost["wall_s"] > 0 and cost["alpha_run"] > 0 and "usd" in cost
+    assert {a["arm"] for a in cost["arms"]} >= {"never", "random", "gate"}
+    assert {r["role"] for r in cost["roles"]} >= {"audits", "mutator"} and cost["noise"]
+    html = (report_dir / "report.html").read_text()
+    section = html[html.index("Cost and confidence") : html.index("<h2>Candidates")]
+    for needle in ("audits", "USD", "gaps", "wall time", "α_run", "noise floor", "per arm", "per role"):
+        assert needle in section, needle
+
+
+def test_5_candidates_lead_with_the_verdict_and_fold_the_evidence(report_dir) -> None:
+    html = (report_dir / "report.html").read_text()
+    table = html[html.index("<table id='candidates'>") :]
+    table = table[: table.index("</table>")]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert heads[0] == "verdict" and heads.index("reason") < heads.index("hypothesis") < heads.index("evidence")
+    assert "<details>" in table and ("class='keep'" in table or "class='revert'" in table)
+    assert "table-layout:fixed" in html
+
+
+def test_5_the_gate_champions_diff_comes_first() -> None:
+    from sil.review.report import KeptDiff
+    from sil.review.render import _kept_order
+
+    kept = [
+        KeptDiff(arm=a, mutation_id=m, policy_set=s, diff="")
+        for a, m, s in (("random", "r", "s1"), ("gate", "g1", "s2"), ("gate", "g2", "s3"))
+    ]
+    data = SimpleNamespace(kept=kept, summary={"arms": [{"arm": "gate", "champion_set": "s3"}]})
+    assert [k.mutation_id for k in _kept_order(data)] == ["g2", "g1", "r"]  # type: ignore[arg-type]
+
+
+def test_6_plots_mark_keeps_and_show_the_leg_that_stopped_a_candidate(done) -> None:  # noqa: F811
+    from sil.review.plots import SERIES, keep_points, shown_legs
+    from sil.review.runview import load_run
+
+    view = load_run(done / "state" / "runs" / RUN)
+    keeps = keep_points(view)
+    n_keeps = sum(1 for v in view.of_type("verdict") if v["verdict"] == "keep")
+    assert sum(len(v) for v in keeps.values()) == n_keeps and all(isinstance(x, int) for v in keeps.values() for x in v)
+    legs = {TARGET: [(1, -3.0, -9.0)], "input_hallucination": [(1, 0.5, -3.0)], "concerning": [(1, -2.0, -3.0)]}
+    veto = shown_legs(legs, TARGET, "harm veto: input_hallucination evidence of a 0.339 regression")
+    assert veto == [TARGET, "input_hallucination"]
+    assert shown_legs(legs, TARGET, "no KEEP after 3 rounds") == [TARGET, "input_hallucination", "concerning"]
+    assert "candidate" not in str(SERIES["never"]) and "A/A" in str(SERIES["never"])
+
+
+def test_6_one_round_rows_get_an_interval_from_the_noise_floor() -> None:
+    from sil.review.report import effect
+
+    assert effect([0.5]).lo is None
+    e = effect([0.5], (0.8, 20))
+    assert e.lo is not None and e.hi is not None and e.lo < 0.5 < e.hi
+
+
+def test_7_one_command_opens_every_audit_log_of_a_run(tmp_path) -> None:
+    from sil.review.report import audit_logs
+    from sil.review.runview import RunView
+
+    logs = [tmp_path / "audits" / f"a{i}" / "logs" / "x.eval" for i in range(3)]
+    recs = [SimpleNamespace(type="audit", payload={"log_path": str(p)}) for p in logs]
+    view = RunView(run_dir=tmp_path, state=None, records=recs, contract=None)  # type: ignore[arg-type]
+    assert audit_logs(view) == f"inspect view --log-dir {tmp_path / 'audits'}"
+    sim = RunView(run_dir=tmp_path, state=None, records=[], contract=None)
+    assert str(tmp_path / "audits") in audit_logs(sim)

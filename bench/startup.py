@@ -1,0 +1,74 @@
+"""How long `sil --version`, `sil runs` and `sil status` take to start, and what they import.
+
+    python -m bench.startup --project /path/with/a/finished/run [--repeat 5]
+
+Writes docs/results/startup.md (command, date, commit, machine and its load, then the
+median and range of each command's wall time and the heavy modules `import sil.cli.app` pulls
+in). The figures depend on the machine's load, which the file records next to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "docs" / "results" / "startup.md"
+COMMANDS = (["--version"], ["runs"], ["status"])
+HEAVY = ("scipy", "matplotlib", "inspect_ai", "ray", "numpy", "pandas", "pyarrow")
+
+
+def wall(cmd: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def heavy_imports(module: str) -> list[str]:
+    code = f"import sys, {module}; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return out.stdout.split()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--project", type=Path, required=True, help="a project folder with at least one run")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    sil = shutil.which("sil", path=str(Path(sys.executable).parent)) or "sil"
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    load = os.getloadavg()
+    lines = [
+        "# Start-up time of everyday `sil` commands",
+        "",
+        f"- command: `python -m bench.startup --project {args.project} --repeat {args.repeat}`",
+        f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+        f"- commit: {commit.stdout.strip() or 'unknown'}",
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
+        "",
+        "| command | median s | min s | max s |",
+        "|---|---|---|---|",
+    ]
+    for c in COMMANDS:
+        times = [wall([sil, *c], args.project) for _ in range(args.repeat)]
+        lines.append(f"| sil {' '.join(c)} | {statistics.median(times):.2f} | {min(times):.2f} | {max(times):.2f} |")
+    lines += ["", f"load average at end {os.getloadavg()[0]:.1f}", ""]
+    for module in ("sil.cli.app", "sil.cli.app, sil.review.runview, sil.review.status"):
+        found = heavy_imports(module)
+        lines.append(f"- `import {module}` imports of {', '.join(HEAVY)}: {', '.join(found) or 'none'}")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(OUT.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
