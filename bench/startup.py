@@ -1,10 +1,12 @@
 """How long `sil --version`, `sil runs` and `sil status` take to start, and what they import.
 
-    python -m bench.startup --project /path/with/a/finished/run [--repeat 5]
+    python -m bench.startup --project /path/with/a/finished/run [--repeat 5] [--baseline /path/to/other/checkout]
 
 Writes docs/results/startup.md (command, date, commit, machine and its load, then the
 median and range of each command's wall time and the heavy modules `import sil.cli.app` pulls
-in). The figures depend on the machine's load, which the file records next to them.
+in). The figures depend on the machine's load, which the file records next to them; with
+--baseline the same commands run from another checkout's code (e.g. main) in turn with these,
+so both see the same load.
 """
 
 from __future__ import annotations
@@ -26,10 +28,19 @@ COMMANDS = (["--version"], ["runs"], ["status"])
 HEAVY = ("scipy", "matplotlib", "inspect_ai", "ray", "numpy", "pandas", "pyarrow")
 
 
-def wall(cmd: list[str], cwd: Path) -> float:
+def wall(cmd: list[str], cwd: Path, code: Path | None = None) -> float:
+    """Seconds `sil CMD` takes; with `code`, the CLI of that checkout (first on the module path)."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+        cmd = [sys.executable, "-c", "from sil.cli.app import app; app()", *cmd[1:]]
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, capture_output=True, check=True)
+    subprocess.run(cmd, cwd=cwd, capture_output=True, check=True, env=env)
     return time.perf_counter() - start
+
+
+def _cell(times: list[float]) -> str:
+    return f"{statistics.median(times):.2f} | {min(times):.2f} | {max(times):.2f}"
 
 
 def heavy_imports(module: str) -> list[str]:
@@ -42,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--project", type=Path, required=True, help="a project folder with at least one run")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--baseline", type=Path, help="another checkout (e.g. of main) to time alongside")
     args = ap.parse_args()
     sil = shutil.which("sil", path=str(Path(sys.executable).parent)) or "sil"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
@@ -49,18 +61,26 @@ def main() -> None:
     lines = [
         "# Start-up time of everyday `sil` commands",
         "",
-        f"- command: `python -m bench.startup --project {args.project} --repeat {args.repeat}`",
+        f"- command: `python -m bench.startup --project {args.project} --repeat {args.repeat}"
+        + (f" --baseline {args.baseline}`" if args.baseline else "`"),
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         f"- commit: {commit.stdout.strip() or 'unknown'}",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
         "",
-        "| command | median s | min s | max s |",
-        "|---|---|---|---|",
+        "| command | code | median s | min s | max s |",
+        "|---|---|---|---|---|",
     ]
     for c in COMMANDS:
-        times = [wall([sil, *c], args.project) for _ in range(args.repeat)]
-        lines.append(f"| sil {' '.join(c)} | {statistics.median(times):.2f} | {min(times):.2f} | {max(times):.2f} |")
+        mine: list[float] = []
+        base: list[float] = []
+        for _ in range(args.repeat):  # alternate, so both see the same load
+            mine.append(wall([sil, *c], args.project))
+            if args.baseline:
+                base.append(wall([sil, *c], args.project, args.baseline))
+        lines.append(f"| sil {' '.join(c)} | this commit | {_cell(mine)} |")
+        if base:
+            lines.append(f"| sil {' '.join(c)} | {args.baseline} | {_cell(base)} |")
     lines += ["", f"load average at end {os.getloadavg()[0]:.1f}", ""]
     for module in ("sil.cli.app", "sil.cli.app, sil.review.runview, sil.review.status"):
         found = heavy_imports(module)
