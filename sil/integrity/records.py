@@ -26,7 +26,7 @@ from sil_policy.evidence import Usage
 class Payload(BaseModel):
     """Base of every record payload: plain JSON, unknown fields refused when read back."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schemas built on first use
 
 
 class Trust(Payload):

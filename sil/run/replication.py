@@ -61,9 +61,9 @@ def keep_rounds(rc: RunContext, keep: VerdictRecord) -> list[RoundStat]:
 
 def power_note(rc: RunContext, mutation_id: str, arm: str | None, k: int) -> str | None:
     """Why K fresh rounds are likely too few to decide (Refused below MIN_ROUNDS); None if they may do."""
+    keep = find_keep(rc, mutation_id, arm)
     if k < MIN_ROUNDS:
         raise Refused(f"--k {k}: a replication needs at least {MIN_ROUNDS} fresh rounds for an interval")
-    keep = find_keep(rc, mutation_id, arm)
     rounds = keep_rounds(rc, keep)
     target = rc.promotion.target_dimensions[0]
     ti = fitness.interval(rounds, target, LEVEL) if len(rounds) >= MIN_ROUNDS else None

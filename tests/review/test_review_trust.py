@@ -373,3 +373,13 @@ def test_7_one_command_opens_every_audit_log_of_a_run(tmp_path) -> None:
     assert audit_logs(view) == f"inspect view --log-dir {tmp_path / 'audits'}"
     sim = RunView(run_dir=tmp_path, state=None, records=[], contract=None)
     assert str(tmp_path / "audits") in audit_logs(sim)
+
+
+def test_10_a_new_run_says_the_id_it_took(workspace, monkeypatch) -> None:
+    from sil.run import train
+
+    monkeypatch.chdir(workspace)
+    monkeypatch.setattr(train, "execute_run", lambda *a, **k: 0)
+    result = invoke("run", "--new", "--run-id", "t1")
+    assert result.exit_code == 0
+    assert re.search(r"new run (t1-\d{8}-\d{6}) .*resume it with --run-id \1", result.output), result.output

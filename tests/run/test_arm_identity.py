@@ -139,7 +139,8 @@ def stat(x: float) -> RoundStat:
     return RoundStat(diff={"t": x, "c": 0.0}, n_seeds={"t": 10, "c": 10}, se={"t": None, "c": None})
 
 
-def test_replicate_demotes_a_keep_whose_interval_crosses_zero() -> None:
+def test_replicate_is_inconclusive_when_its_interval_crosses_zero() -> None:
+    """Issue 26: an interval that spans the margin decides nothing; only one wholly past it demotes."""
     promotion = Promotion(
         target_dimensions=["t"], critical_dimensions=["c"], superiority_margin=0.0, critical_margin=0.5
     )
@@ -147,6 +148,8 @@ def test_replicate_demotes_a_keep_whose_interval_crosses_zero() -> None:
     keep = SimpleNamespace(mutation_id="m1", arm="gate")
     crossing = judge_replication(rc, keep, [stat(-1.0), stat(0.6), stat(-0.8)])  # mean < 0, interval spans 0
     assert crossing.target_interval[0] < 0 < crossing.target_interval[2]
-    assert crossing.demoted and "do not show" in crossing.reason
+    assert not crossing.demoted and not crossing.conclusive and "would decide" in crossing.reason
+    worse = judge_replication(rc, keep, [stat(0.5), stat(0.6), stat(0.7)])
+    assert worse.demoted and worse.target_interval[1] > 0
     holding = judge_replication(rc, keep, [stat(-1.0), stat(-0.9), stat(-1.1)])
     assert not holding.demoted and holding.target_interval[2] < 0
