@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -28,19 +29,27 @@ COMMANDS = (["--version"], ["runs"], ["status"])
 HEAVY = ("scipy", "matplotlib", "inspect_ai", "ray", "numpy", "pandas", "pyarrow")
 
 
-def wall(cmd: list[str], cwd: Path, code: Path | None = None) -> float:
-    """Seconds `sil CMD` takes; with `code`, the CLI of that checkout (first on the module path)."""
+def wall(cmd: list[str], cwd: Path, code: Path | None = None) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds `sil CMD` takes; with `code`, that checkout's CLI.
+
+    CPU time depends less on the machine's load than wall time does: on an idle machine the
+    wall time is about the CPU time."""
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = str(code)
         cmd = [sys.executable, "-c", "from sil.cli.app import app; app()", *cmd[1:]]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, cwd=cwd, capture_output=True, check=True, env=env)
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _cell(times: list[float]) -> str:
-    return f"{statistics.median(times):.2f} | {min(times):.2f} | {max(times):.2f}"
+def _cell(runs: list[tuple[float, float]]) -> str:
+    times = [w for w, _ in runs]
+    cpu = statistics.median(c for _, c in runs)
+    return f"{statistics.median(times):.2f} | {min(times):.2f} | {max(times):.2f} | {cpu:.2f}"
 
 
 def heavy_imports(module: str) -> list[str]:
@@ -68,12 +77,12 @@ def main() -> None:
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
         "",
-        "| command | code | median s | min s | max s |",
-        "|---|---|---|---|---|",
+        "| command | code | median wall s | min wall s | max wall s | median CPU s |",
+        "|---|---|---|---|---|---|",
     ]
     for c in COMMANDS:
-        mine: list[float] = []
-        base: list[float] = []
+        mine: list[tuple[float, float]] = []
+        base: list[tuple[float, float]] = []
         for _ in range(args.repeat):  # alternate, so both see the same load
             mine.append(wall([sil, *c], args.project))
             if args.baseline:
