@@ -49,7 +49,7 @@ class ChampionStatus(BaseModel):
 
 def _standing(changed: bool, keeps: int, certified: bool | None, demotions: list[Demotion]) -> Standing:
     if not changed:
-        return "rolled_back" if keeps and demotions else "unchanged"
+        return "rolled_back" if demotions else "unchanged"
     if certified is None:
         return "kept"
     return "certified" if certified else "not_certified"

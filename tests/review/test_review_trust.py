@@ -383,3 +383,57 @@ def test_10_a_new_run_says_the_id_it_took(workspace, monkeypatch) -> None:
     result = invoke("run", "--new", "--run-id", "t1")
     assert result.exit_code == 0
     assert re.search(r"new run (t1-\d{8}-\d{6}) .*resume it with --run-id \1", result.output), result.output
+
+
+def test_1_a_certified_gate_champion_demoted_by_replication_reads_alike(workspace, monkeypatch) -> None:
+    """The issue's case: certified, then a replication demotes the KEEP and restores the start.
+    The conclusion, the Certification table, the arms, `sil runs` and `sil promote` agree."""
+    from sil.store.champion import champion_status
+    from sil.base.errors import Refused
+    from sil.integrity.records import ReplicateRecord, Trust, VerdictRecord
+    from sil.store.release import promotion_risks
+    from sil.run.replication import record_replication
+    from sil.review.report import build_report
+    from sil.review.render import _arm_rows, _cert_rows
+    from sil.review.runview import load_run
+    from sil.review.status import run_overview
+    from tests.run.test_heldout import certified_run, shrink
+
+    rc, candidate, _ = certified_run(shrink(workspace), monkeypatch)
+    assert champion_status(rc.state, list(rc.book.records), "gate").standing == "certified"
+    keep = VerdictRecord(
+        arm="gate",
+        mutation_id="m-kept",
+        verdict="keep",
+        reason="t",
+        candidate_set=candidate.set_id,
+        parent_set=rc.state.origin.set_id,
+        rounds=3,
+        alpha=0.05,
+        error_budget=None,
+        decision=None,
+    )
+    if rc.book.open_segment("replicate gate m-kept", Trust()):
+        rc.rounds.anchor()
+    demoted = ReplicateRecord(
+        mutation_id="m-kept",
+        arm="gate",
+        rounds=8,
+        target=TARGET,
+        target_interval=(0.6, 0.4, 0.8),
+        critical_means={},
+        demoted=True,
+        reason="fresh rounds show no improvement",
+        champion_reverted=False,
+    )
+    record_replication(rc, keep, demoted, 0)
+    view = load_run(rc.run_dir)
+    data = build_report(view, workspace)
+    assert "rolled back" in data.conclusion and "demoted by a replication" in data.conclusion
+    gate_row = next(r for r in _arm_rows(data) if r[0] == "gate")
+    assert "rolled back to the starting policy" in gate_row[1] and gate_row[5] == "unchanged (rolled back)"
+    cert = next(r for r in _cert_rows(data) if r[0] == "gate" and r[1] == candidate.set_id)
+    assert cert[2].startswith("yes, then demoted")
+    assert "rolled back" in run_overview(view).champion
+    with pytest.raises(Refused, match="nothing to promote"):
+        promotion_risks(rc.run_dir, "gate")
