@@ -32,6 +32,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from sil.base.errors import ExitCode, Refused
+from sil.contract.schema import ContractError, LoadedContract, load_contract
+from sil.integrity import ledger as ledger_mod
 
 if TYPE_CHECKING:
     from sil.contract.schema import LoadedContract
@@ -145,7 +147,6 @@ def _write_outputs(files: dict[Path, str]) -> None:
 
 
 def _load(path: Path) -> LoadedContract:
-    from sil.contract.schema import ContractError, load_contract
 
     try:
         return load_contract(_user_path(path))
@@ -366,7 +367,6 @@ def ledger_show(
     type_: Annotated[str | None, typer.Option("--type", help="Only records of this type.")] = None,
 ) -> None:
     """Print a run's ledger readably."""
-    from sil.integrity import ledger as ledger_mod
     from sil.integrity.records import RECORD_TYPES
     from sil.review.describe import describe
     from sil.review.runview import load_run
@@ -545,8 +545,8 @@ def report(
 ) -> None:
     """Write report.html (self-contained), report.md, report.json and plots/*.png for a run."""
     from sil.base.fsutil import AtomicWriteError
-    from sil.review.report import build_report
     from sil.review.render import write_report
+    from sil.review.report import build_report
     from sil.review.runview import load_run
 
     if sweep:
@@ -559,8 +559,8 @@ def report(
     except ValueError as ex:
         _fail(str(ex), ExitCode.FAILED)
     folder = _out_dir(out_dir) if out_dir is not None else rdir / "report"
-    try:
-        paths = write_report(view, data, folder)
+    try:  # the default folder must stay inside the run's folder
+        paths = write_report(view, data, folder, None if out_dir is not None else rdir)
     except (OSError, AtomicWriteError) as ex:
         _fail(f"{ex}; choose another --out")
     out.print(f"report: {paths['html']}  (also {paths['md'].name}, {paths['json'].name}, plots/)", highlight=False)
@@ -625,8 +625,8 @@ def export(
     to: Annotated[Path | None, typer.Option("--out", help="Output file (default: <run>/export.<format>).")] = None,
 ) -> None:
     """Export one row per audit, round and verdict of a run."""
-    from sil.review.export import FORMATS, export_rows, write_rows
     from sil.base.fsutil import AtomicWriteError
+    from sil.review.export import FORMATS, export_rows, write_rows
     from sil.review.runview import load_run
 
     if fmt not in FORMATS:

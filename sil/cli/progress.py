@@ -30,8 +30,8 @@ from rich.progress import (
 )
 
 from sil.base.errors import Halt
-from sil.store.runstate import RunState
 from sil.review.status import readable
+from sil.store.runstate import RunState
 
 BAR_WIDTH = 24
 LOOK_LINE = re.compile(r"^\s+\S+: (continue|keep|revert) \(")  # one look of a candidate's sequential test

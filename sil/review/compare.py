@@ -52,7 +52,7 @@ def _flatten(obj: object, prefix: str = "") -> dict[str, str]:
     return {prefix: repr(obj)}
 
 
-def _arm_text(arm: dict) -> str:
+def _arm_text(arm: dict[str, Any]) -> str:
     head = f"{arm['keeps']} KEEP / {arm['candidates']}"
     if not arm["changed"]:
         return f"{head}; {arm.get('champion') or 'unchanged'}"

@@ -13,9 +13,9 @@ import html
 import re
 from pathlib import Path
 
-from sil.base.fsutil import atomic_write_bytes
-from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
+from sil.base.fsutil import atomic_write_bytes, confined
 from sil.review.plots import all_plots
+from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.runview import RunView
 from sil.review.status import readable
 
@@ -370,7 +370,15 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
         lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
     lines += ["## Kept policy changes", ""]
     for k in _kept_order(d):
-        lines += [f"### {k.arm} {k.mutation_id} → set {k.policy_set}", "", "```diff", k.diff, "```", ""]
+        fence = _fence(k.diff)
+        lines += [
+            f"### {_m(k.arm)} {_m(k.mutation_id)} → set {_m(k.policy_set)}",
+            "",
+            f"{fence}diff",
+            k.diff,
+            fence,
+            "",
+        ]
     if not d.kept:
         lines.append("No change was kept.")
     return "\n".join(lines) + "\n"

@@ -145,8 +145,8 @@ class ReportData(BaseModel):
     summary: dict[str, Any]
     candidates: list[Candidate]
     certifications: list[Certification]
-    replications: list[dict]
-    demotions: list[dict] = []
+    replications: list[dict[str, Any]]
+    demotions: list[dict[str, Any]] = []
     kept: list[KeptDiff]
     cost: Cost | None = None
     conclusion: str
@@ -163,7 +163,7 @@ def effect(values: list[float], noise: tuple[float, int] | None = None) -> Effec
     return Effect(mean=m, lo=m - float(half), hi=m + float(half), rounds=int(arr.size))
 
 
-def rounds_of(view: RunView, arm: str, mutation_id: str) -> list[dict]:
+def rounds_of(view: RunView, arm: str, mutation_id: str) -> list[dict[str, Any]]:
     """A candidate's usable rounds: keyed by (arm, mutation), since two arms may try the same edit."""
     return [
         r
@@ -279,7 +279,7 @@ def cost(view: RunView) -> Cost:
     c, s = view.contract, view.state
     assert c is not None and s is not None
     audits = view.of_type("audit")
-    arms: dict[str, list[dict]] = {}
+    arms: dict[str, list[dict[str, Any]]] = {}
     for a in audits:
         arms.setdefault(a["arm"], []).append(a)
     gaps = [a for a in audits if a["status"] == "gap"]

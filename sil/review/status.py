@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from sil.store.champion import ChampionStatus, champions
-from sil.integrity.verify import verify_chain_and_checkpoints
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
-from sil.review.runview import LEDGER, RunView
 from sil.exec.startchecks import planned_audits
+from sil.integrity.verify import verify_chain_and_checkpoints
+from sil.review.runview import LEDGER, RunView
+from sil.store.champion import ChampionStatus, champions
 
 LAST_VERDICTS = 5
 LONG_FLOAT = re.compile(r"-?\d+\.\d{4,}")
@@ -196,7 +196,7 @@ def _dur(seconds: float | None) -> str:
 
 def status_lines(st: RunStatus) -> list[str]:
     """The human-readable `sil status` text."""
-    of = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
+    of: Callable[[int, int | None], str] = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
     state = " (running)" if st.running else (f" — stopped; resume with: {st.resume}" if st.stopped else "")
     lines = [
         f"run {st.run_id}: {st.phase}{state}",

@@ -14,12 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sil.stats import fitness
-from sil.integrity.ledger import Record
-from sil.store.champion import ChampionStatus, champion_status
-from sil.contract.schema import Contract
-from sil.store.runstate import RunState
 from sil.contract.prepare import SeedSet
+from sil.contract.schema import Contract
+from sil.integrity.ledger import Record
+from sil.integrity.records import canary_halt
+from sil.stats import fitness
+from sil.store.champion import ChampionStatus, champion_status
+from sil.store.runstate import RunState
 
 INTERVAL_LEVEL = 0.9
 

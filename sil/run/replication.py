@@ -19,11 +19,11 @@ import math
 
 import numpy as np
 
-from sil.stats import fitness
-from sil.stats.fitness import RoundStat
-from sil.run.context import RunContext
 from sil.base.errors import Refused
 from sil.integrity.records import DemoteRecord, IntentRecord, Keys, ReplicateRecord, RoundRecord, Trust, VerdictRecord
+from sil.run.context import RunContext
+from sil.stats import fitness
+from sil.stats.fitness import RoundStat
 from sil.store.runstate import ArmState
 
 LEVEL = 0.9
@@ -38,7 +38,10 @@ def rounds_needed(ti: tuple[float, float, float], n: int, margin: float) -> int 
 
     mean, lo, hi = ti
     gap = abs(mean + margin)
-    q = lambda k: float(stats.t.ppf(0.5 + LEVEL / 2, k - 1))  # noqa: E731
+
+    def q(k: int) -> float:
+        return float(stats.t.ppf(0.5 + LEVEL / 2, k - 1))
+
     sd = (hi - lo) / 2 * math.sqrt(n) / q(n)
     if gap == 0:
         return None

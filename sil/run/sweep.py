@@ -205,8 +205,8 @@ class SweepAggregate(BaseModel):
 
 def sweep_aggregate(run_dirs: list[Path]) -> SweepAggregate:
     """Aggregate the runs' own summaries; a run without state or contract counts only as listed."""
-    from sil.store.champion import champion_status
     from sil.review.summary import build_summary
+    from sil.store.champion import champion_status
 
     effects, keeps, cands, certified, audits, gaps, usd, wall, target = [], 0, 0, 0, 0, 0, 0.0, 0.0, None
     for d in run_dirs:

@@ -15,12 +15,12 @@ import difflib
 import stat
 from pathlib import Path
 
-from sil.integrity.ledger import Ledger, RecordBook, read_records
-from sil.store.champion import champion_status
 from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
+from sil.integrity.ledger import Ledger, RecordBook, read_records
+from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord, canary_halt
 from sil.policies.store import PolicyStore, read_policy_dir
-from sil.integrity.records import IntentRecord, Keys, RunRecord, Trust, UserPromoteRecord
+from sil.store.champion import champion_status
 from sil.store.runstate import RunState
 from sil_policy import SURFACES
 
@@ -90,7 +90,10 @@ def promotion_risks(run_dir: Path, arm_name: str) -> list[str]:
     if state is None or arm_name not in state.arms:
         raise Refused(f"no arm {arm_name!r} in {run_dir.name}")
     risks = [CONTROL_ARMS[arm_name]] if arm_name in CONTROL_ARMS else []
-    status = champion_status(state, list(read_records(run_dir / "ledger.jsonl")), arm_name)
+    records = list(read_records(run_dir / "ledger.jsonl"))
+    if why := canary_halt(records):
+        risks.append(f"{why}; the champion's comparisons are not trustworthy")
+    status = champion_status(state, records, arm_name)
     if status.standing == "rolled_back":
         raise Refused(f"the {arm_name} champion was {status.words}; there is nothing to promote")
     if not status.changed:

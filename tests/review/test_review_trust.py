@@ -18,10 +18,10 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from sil.stats.fitness import RoundStat
 from sil.contract.schema import load_contract
-from tests.conftest import REPO
+from sil.stats.fitness import RoundStat
 from tests.cli.test_cli import invoke
+from tests.conftest import REPO
 from tests.review.test_review import RUN, copy_of, done  # noqa: F401 - the shared finished run
 
 TARGET = "broken_tool_use"
@@ -94,8 +94,8 @@ def _records(root: Path, kind: str) -> list[dict]:
 
 def _demote_a_keep(root: Path) -> str:
     """Record a concluded, demoting replication of the run's KEEP through the library's own path."""
-    from sil.contract.approval import frozen_measurement_hash
     from sil.base.locks import run_lock
+    from sil.contract.approval import frozen_measurement_hash
     from sil.integrity.records import ReplicateRecord, Trust, VerdictRecord
     from sil.run.replication import record_replication
     from sil.run.train import guarded_config, open_run
@@ -282,7 +282,9 @@ HEAVY = ("matplotlib", "scipy", "inspect_ai", "ray", "pandas", "pyarrow")
 
 
 @pytest.mark.parametrize(
-    "modules", ["sil.cli.app", "sil.cli.app, sil.review.runview, sil.review.status, sil.store.champion"], ids=["version", "runs-status"]
+    "modules",
+    ["sil.cli.app", "sil.cli.app, sil.review.runview, sil.review.status, sil.store.champion"],
+    ids=["version", "runs-status"],
 )
 def test_13_cli_and_review_of_a_run_import_no_heavy_module(modules: str) -> None:
     code = f"import sys, {modules}; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
@@ -329,8 +331,8 @@ def test_5_candidates_lead_with_the_verdict_and_fold_the_evidence(report_dir) ->
 
 
 def test_5_the_gate_champions_diff_comes_first() -> None:
-    from sil.review.report import KeptDiff
     from sil.review.render import _kept_order
+    from sil.review.report import KeptDiff
 
     kept = [
         KeptDiff(arm=a, mutation_id=m, policy_set=s, diff="")
@@ -388,15 +390,15 @@ def test_10_a_new_run_says_the_id_it_took(workspace, monkeypatch) -> None:
 def test_1_a_certified_gate_champion_demoted_by_replication_reads_alike(workspace, monkeypatch) -> None:
     """The issue's case: certified, then a replication demotes the KEEP and restores the start.
     The conclusion, the Certification table, the arms, `sil runs` and `sil promote` agree."""
-    from sil.store.champion import champion_status
     from sil.base.errors import Refused
     from sil.integrity.records import ReplicateRecord, Trust, VerdictRecord
-    from sil.store.release import promotion_risks
-    from sil.run.replication import record_replication
-    from sil.review.report import build_report
     from sil.review.render import _arm_rows, _cert_rows
+    from sil.review.report import build_report
     from sil.review.runview import load_run
     from sil.review.status import run_overview
+    from sil.run.replication import record_replication
+    from sil.store.champion import champion_status
+    from sil.store.release import promotion_risks
     from tests.run.test_heldout import certified_run, shrink
 
     rc, candidate, _ = certified_run(shrink(workspace), monkeypatch)
