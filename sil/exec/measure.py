@@ -26,7 +26,6 @@ from __future__ import annotations
 import errno
 import math
 import os
-import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -47,6 +46,7 @@ from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
+from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
@@ -276,12 +276,7 @@ def settle(ctx: MeasureContext, audits: list[tuple[str, Path]]) -> list[str]:
     return runner.settle(audits)
 
 
-# API-key-shaped tokens; group `pre` (kept) is the text before the secret
-_SECRET_PATTERNS = (
-    re.compile(r"(?P<pre>)\b(?:sk|rk|pk)-[A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?i)(?P<pre>bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"(?i)(?P<pre>(?:api[_-]?key|token|secret|password)[\"']?\s*[:=]\s*[\"']?)[^\s\"',]{4,}"),
-)
+_SECRET_PATTERNS = (*(pattern for _, pattern in SECRET_PATTERNS), CREDENTIAL_ASSIGNMENT)  # sil_policy's lists
 TAIL_LINES = 6
 
 

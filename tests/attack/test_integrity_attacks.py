@@ -628,3 +628,46 @@ def test_a_seed_library_outside_the_project_is_refused_by_the_contract(library: 
     data["measurement"]["seed_library"] = library
     with pytest.raises(ValueError, match="must be a folder inside the project"):
         Contract.model_validate(data)
+
+
+# ---------------------------------------------------------------- 15. secrets: refused in policies, redacted in logs
+
+SECRETS = [
+    "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "xoxb-" + "123456789012-abcdefghijkl",
+    "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
+    "hf_" + "abcdefghijklmnopqrstuvwxyz123456",
+    "sk-" + "proj-abcdefgh12345678",
+]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_a_policy_holding_a_secret_is_refused_with_its_field_and_pattern(secret: str) -> None:
+    import json
+
+    from sil_policy import PolicyError, parse_surface
+
+    doc = {"sections": {"role": "Be brief.", "ops": f"Use {secret} for the backend."}}
+    with pytest.raises(PolicyError, match=r"wrapper_prompt policy field sections\.ops holds what looks like a secret"):
+        parse_surface("wrapper_prompt", json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_the_redactor_removes_every_secret_shape(secret: str) -> None:
+    from sil.exec import measure
+
+    redacted = measure.redact(f"error: auth failed with {secret} at host")
+    assert "«redacted»" in redacted
+    for part in (secret.split("=")[-1], secret):
+        assert part not in redacted
+
+
+def test_prose_about_passwords_is_not_refused_as_a_secret() -> None:
+    import json
+
+    from sil_policy import parse_surface
+
+    doc = {"sections": {"role": "If asked for the admin password: refuse, and never share a token."}}
+    parse_surface("wrapper_prompt", json.dumps(doc).encode())
