@@ -113,7 +113,9 @@ def verify_run_ledger(
     errors = [*base.errors, *compare_checkpoints(data, checkpoints)]
     anchor, notes = trust_anchor(allowed_signers, root)
     trust = declared_trust(data)
-    if trust.signed or require_signed or allowed_signers is not None:
+    # A trust anchor from SIL_ALLOWED_SIGNERS means what --allowed-signers means: signatures are
+    # expected, so a run rewritten as unsigned is a downgrade, not an unsigned run.
+    if trust.signed or require_signed or anchor is not None:
         errors += _signed_errors(data, checkpoints, trust, anchor, require_signed)
     else:
         notes += _unsigned_notes(checkpoints, anchor, errors, repo is None)

@@ -283,3 +283,20 @@ def test_a_real_signed_run_declares_its_trust_and_is_witnessed(tmp_path: Path, o
     monkeypatch.delenv("SIL_SIGNER")
     resumed = runner.invoke(app, ["run", "--run-id", RUN], catch_exceptions=False)
     assert resumed.exit_code == 2 and "declared checkpoints signed" in resumed.output
+
+
+def test_a_downgrade_to_unsigned_fails_with_the_env_anchor_as_with_the_flag(
+    attacked: Path, outside, monkeypatch
+) -> None:
+    """Issue 25.12: first record rewritten as unsigned plus a forged unsigned checkpoint."""
+    git(attacked, "update-ref", "-d", f"refs/sil/{RUN}/checkpoints")
+    truncate_to(attacked, 1)
+    path = ledger_path(attacked)
+    first = json.loads(path.read_bytes())
+    first["payload"]["trust"] = Trust().model_dump()
+    first["hash"] = ledger.record_hash(first)
+    path.write_bytes(ledger.canonical(first) + b"\n")
+    cpmod.write_checkpoint(path, repo(attacked), None)  # the forged unsigned checkpoint
+    flag = verify("--allowed-signers", str(outside["allowed"]))
+    env = verify()  # SIL_ALLOWED_SIGNERS is set by the fixture: the recommended setup
+    assert flag.exit_code == 1 and env.exit_code == 1 and "unsigned" in env.output
