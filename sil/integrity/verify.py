@@ -110,7 +110,7 @@ def verify_run_ledger(
     run_id = run_id_of(ledger_path, data)
     repo = anchor_repo(root, create=False)
     checkpoints = read_checkpoints(repo, run_id) if repo is not None else []
-    errors = [*base.errors, *compare_checkpoints(data, checkpoints)]
+    errors = [*base.errors, *binding_errors(ledger_path, data), *compare_checkpoints(data, checkpoints)]
     anchor, notes = trust_anchor(allowed_signers, root)
     trust = declared_trust(data)
     # A trust anchor from SIL_ALLOWED_SIGNERS means what --allowed-signers means: signatures are
@@ -137,8 +137,22 @@ def verify_chain_and_checkpoints(ledger_path: Path, root: Path) -> VerifyReport:
     base = verify_bytes(data)
     repo = anchor_repo(root, create=False)
     checkpoints = read_checkpoints(repo, run_id_of(ledger_path, data)) if repo is not None else []
-    errors = [*base.errors, *compare_checkpoints(data, checkpoints)]
+    errors = [*base.errors, *binding_errors(ledger_path, data), *compare_checkpoints(data, checkpoints)]
     return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints)})
+
+
+def binding_errors(ledger_path: Path, data: bytes) -> list[str]:
+    """A run's ledger lives in the folder named by its run id: every record must name that run.
+    A genuine ledger of another run copied into this folder verifies on its own, so the folder
+    it sits in is part of what is verified."""
+    folder = Path(ledger_path).parent.name
+    ids = {r.run_id for r in _records(data)}
+    if not ids or ids == {folder}:
+        return []
+    return [
+        f"the ledger's records belong to run {', '.join(sorted(ids))}, not to {folder}: "
+        "a ledger copied from another run (or a mixed one) is not this run's"
+    ]
 
 
 def _signed_errors(

@@ -671,3 +671,23 @@ def test_prose_about_passwords_is_not_refused_as_a_secret() -> None:
 
     doc = {"sections": {"role": "If asked for the admin password: refuse, and never share a token."}}
     parse_surface("wrapper_prompt", json.dumps(doc).encode())
+
+
+# ---------------------------------------------------------------- 11. a ledger is tied to its run
+
+
+def test_a_genuine_ledger_copied_into_another_runs_folder_does_not_verify(tmp_path: Path) -> None:
+    import shutil
+
+    from sil.integrity.ledger import Ledger, RecordBook
+    from sil.integrity.verify import verify_chain_and_checkpoints, verify_run_ledger
+    from sil.integrity.records import HaltRecord, Keys
+
+    source = tmp_path / "state" / "runs" / "a" / "ledger.jsonl"
+    RecordBook(Ledger(source, offline=True, simulated=True), "a").once(Keys.halt(0), HaltRecord(reason="x"))
+    assert verify_run_ledger(source, tmp_path).ok
+    copy = tmp_path / "state" / "runs" / "b" / "ledger.jsonl"
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(source, copy)
+    for report in (verify_run_ledger(copy, tmp_path), verify_chain_and_checkpoints(copy, tmp_path)):
+        assert not report.ok and any("belong to run a, not to b" in e for e in report.errors)
