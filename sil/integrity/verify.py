@@ -222,6 +222,21 @@ def _witness_errors(data: bytes, checkpoints: list[Checkpoint], witness: Witness
             f"the witness holds a checkpoint at seq {witnessed[-1].seq} but the git ref only reaches "
             f"{latest - 1 if latest else 'nothing'}: the checkpoint ref was rolled back or deleted"
         )
+    return errors + _unwitnessed_errors(data, witnessed[-1].records, witness.name)
+
+
+def _unwitnessed_errors(data: bytes, covered: int, name: str) -> list[str]:
+    """What follows the witness's last entry is not vouched for: a run's end (`stop`), a later
+    `segment` and anything after a stop are written with a checkpoint the witness records, so
+    one of them beyond its last entry was appended (forged) after the witness last saw the run."""
+    errors, stopped = [], False
+    for rec in _records(data):
+        if rec.seq >= covered and (stopped or rec.type in ("stop", "segment")):
+            errors.append(
+                f"the {rec.type} record (seq {rec.seq}) follows the witness {name}'s last entry "
+                f"(seq {covered - 1}): forged, or appended after the witness last saw the run"
+            )
+        stopped = stopped or rec.type == "stop"
     return errors
 
 

@@ -300,3 +300,24 @@ def test_a_downgrade_to_unsigned_fails_with_the_env_anchor_as_with_the_flag(
     flag = verify("--allowed-signers", str(outside["allowed"]))
     env = verify()  # SIL_ALLOWED_SIGNERS is set by the fixture: the recommended setup
     assert flag.exit_code == 1 and env.exit_code == 1 and "unsigned" in env.output
+
+
+def test_a_forged_segment_after_stop_on_an_unsigned_witnessed_run(tmp_path: Path) -> None:
+    """Issue 25.13: the witness covers what follows its last entry, on unsigned runs too."""
+    from sil.integrity.verify import verify_run_ledger
+
+    root, witness_dir = tmp_path / "project", tmp_path / "witness"
+    witness_dir.mkdir()
+    path = root / "state" / "runs" / "u1" / "ledger.jsonl"
+    book = RecordBook(Ledger(path, offline=True, simulated=True), "u1")
+    witness, anchors = FileWitness(witness_dir), cpmod.anchor_repo(root)
+    book.once(Keys.RUN, _run_record(Trust()))
+    book.once(Keys.halt(0), HaltRecord(reason="step"))
+    book.once(Keys.STOP, StopRecord(reason="completed", audits=0, gaps=0, usd=0.0, elapsed_s=0.0))
+    cpmod.write_checkpoint(path, anchors, None, witness=witness)
+    head = f"{book.records[-1].seq}:{book.records[-1].hash}"
+    assert verify_run_ledger(path, root, witness=witness, expect_head=head).ok
+    book.open_segment("forged", Trust())  # correctly chained, as anyone who can write the file can make it
+    book.once(Keys.halt(1), HaltRecord(reason="a forged record after the segment"))
+    report = verify_run_ledger(path, root, witness=witness, expect_head=head)
+    assert not report.ok and any("follows the witness" in e and "segment" in e for e in report.errors)
