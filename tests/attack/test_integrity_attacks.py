@@ -680,8 +680,8 @@ def test_a_genuine_ledger_copied_into_another_runs_folder_does_not_verify(tmp_pa
     import shutil
 
     from sil.integrity.ledger import Ledger, RecordBook
-    from sil.integrity.verify import verify_chain_and_checkpoints, verify_run_ledger
     from sil.integrity.records import HaltRecord, Keys
+    from sil.integrity.verify import verify_chain_and_checkpoints, verify_run_ledger
 
     source = tmp_path / "state" / "runs" / "a" / "ledger.jsonl"
     RecordBook(Ledger(source, offline=True, simulated=True), "a").once(Keys.halt(0), HaltRecord(reason="x"))
