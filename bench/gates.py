@@ -18,6 +18,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -28,7 +29,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
-from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table
+from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table, provenance
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import ValidityRow, format_validity, validity_table
@@ -91,6 +92,9 @@ OVERRIDES: dict[str, dict[str, object]] = {
     "loop_gate_bound": {"missing_policy": "bound"},
     # the default before issue 10 part 4: K = 16 confirmation rounds, no alpha recycling
     "loop_gate_k16": {"replicate_k": 16, "alpha_recycle": False},
+    # today's run-level FWER design with the final certification, and the two-stage design
+    "loop_gate_fwer": {"error_design": "fwer"},
+    "loop_gate_two_stage": {"error_design": "two_stage"},
 }
 LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
 # Acceptance (issue 10): final true target change of the loop's gate at budget 300.
@@ -203,7 +207,10 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
 
 def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedure, object]:
     if method == "loop_gate":
-        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell))
+        promo = setup.cell_promotion(cell)
+        # the two-stage design's guarantee is its certification: the loop always runs it
+        reserve = CERTIFY_AUDITS if promo.error_design == "two_stage" else 0
+        return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
     if method == "loop_gate_elond":
         return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
     if method == "loop_gate_certified":
@@ -211,7 +218,8 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
         return PROCEDURES["loop_gate"], settings
     if method in OVERRIDES:
         promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
-        return PROCEDURES["loop_gate"], LoopGateSettings(promo)
+        reserve = CERTIFY_AUDITS if promo.error_design == "two_stage" else 0
+        return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
@@ -304,6 +312,17 @@ def acceptance(tables: dict[Cell, list[Row]], validity: Sequence[ValidityRow], a
     return lines
 
 
+def design_line(promo: Promotion) -> str:
+    """The loop gate's error design in one phrase."""
+    if promo.error_design == "two_stage":
+        return (
+            f"two-stage design (search: each confirmation at alpha_search {promo.alpha_search}; "
+            f"certification of the delivered champion at alpha_certify {promo.alpha_certify}, "
+            f"{CERTIFY_AUDITS} audits reserved)"
+        )
+    return f"alpha_run {promo.alpha_run} ({promo.error_control})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help=f"{FULL_RUNS} runs per cell")
@@ -334,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--by-kind", action="store_true", help="also show where each method's audits went, per candidate type"
     )
-    ap.add_argument("--out", type=Path, help="also write <out>/gates.md and gates.json")
+    ap.add_argument("--out", type=Path, help="also write <out>/<name>.md and <name>.json")
+    ap.add_argument("--name", default="gates", help="file stem of the --out files (default gates)")
     return ap
 
 
@@ -355,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = [
         f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
         f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
-        f"loop gate: {setup.promotion.gate}, alpha_run {alpha_run} ({setup.promotion.error_control}), "
+        f"loop gate: {setup.promotion.gate}, {design_line(setup.promotion)}, "
         f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300",
         "",
     ]
@@ -382,12 +402,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(block)
     out.append(block)
     if args.out:
-        _write(args.out, "\n".join(out), grid, validity)
+        argv_used = list(argv) if argv is not None else sys.argv[1:]
+        head = provenance(["bench.gates", *argv_used], f"{runs} per cell", time.monotonic() - start)
+        _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
 
 
-def _write(folder: Path, text: str, grid: GridResult, validity: Sequence[ValidityRow]) -> None:
+def _write(folder: Path, text: str, grid: GridResult, validity, name: str = "gates") -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "gates.md").write_text(text + "\n", encoding="utf-8")
+    (folder / f"{name}.md").write_text(text + "\n", encoding="utf-8")
     data = {
         "cells": [
             {**asdict(c), "rows": [asdict(r) for r in rows], "by_kind": [asdict(k) for k in grid.kinds[c]]}
@@ -395,7 +417,7 @@ def _write(folder: Path, text: str, grid: GridResult, validity: Sequence[Validit
         ],
         "validity": [asdict(v) for v in validity],
     }
-    (folder / "gates.json").write_text(
+    (folder / f"{name}.json").write_text(
         json.dumps(data, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x),
         encoding="utf-8",
     )

@@ -138,23 +138,24 @@ def _wald_ratio(runs: Sequence[RunSummary], sd_round: float, point: WaldPoint | 
 
 HEADER = (
     "| method | cands/run | audits/dec | KEEPs/run | P(false KEEP) | P(harmful KEEP) | bad share "
-    "| final dT (+-SE) | worst crit | P(worse) | Wald ratio | alpha spent | admissible |"
+    "| final dT (+-SE) | worst crit | P(worse) | Wald ratio | alpha spent | certified | admissible |"
 )
 
 
 def format_table(rows: Sequence[Row], alpha_run: float) -> str:
-    lines = [HEADER, "|" + "---|" * 13]
+    lines = [HEADER, "|" + "---|" * 14]
     for r in rows:
         # the bound presumes the operating point's error rates: not shown for a procedure
         # whose run-level false-KEEP rate is above alpha_run (it does not meet them)
         hide = math.isnan(r.wald_ratio) or r.false_keep_run > alpha_run
         wald = "-" if hide else f"{r.wald_ratio:.1f}"
         spent = f"{r.alpha_spent:.3f}" if r.alpha_spent else "-"
+        cert = "-" if math.isnan(r.certified) else f"{r.certified:.2f}"
         lines.append(
             f"| {r.method} | {r.decisions:.0f} | {r.audits_per_decision:.2f} | {r.keeps:.2f} "
             f"| {r.false_keep_run:.3f} | {r.harmful_keep_run:.3f} | {r.bad_share:.3f} "
             f"| {r.final_target:+.3f} +- {r.final_target_se:.3f} | {r.final_critical:+.3f} "
-            f"| {r.p_worse:.3f} | {wald} | {spent} | {'yes' if r.admissible(alpha_run) else 'NO'} |"
+            f"| {r.p_worse:.3f} | {wald} | {spent} | {cert} | {'yes' if r.admissible(alpha_run) else 'NO'} |"
         )
     return "\n".join(lines)
 
@@ -215,3 +216,33 @@ def format_by_kind(rows: Sequence[KindRow]) -> str:
             f"| {r.audits_per_decision:.1f} | {r.keep_rate:.3f} | {ended} |"
         )
     return "\n".join(lines)
+
+
+def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> str:
+    """The header of a results file: the command that wrote it, when, at which commit, where.
+
+    Every figure a README quotes must come from a file with this header (tests/test_readme_figures.py).
+    """
+    import datetime
+    import os
+    import platform
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    took = f"; took {seconds:.0f} s" if seconds is not None else ""
+    return (
+        f"- command: `python -m {' '.join(argv)}`\n"
+        f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}{took}\n"
+        f"- commit: {commit}{dirty}\n"
+        f"- machine: {platform.node()}, {os.cpu_count()} cores{load}\n"
+        f"- runs: {runs}\n"
+        "- SIMULATED: figures about the simulated world, not about any model or policy.\n"
+    )

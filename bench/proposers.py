@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import multiprocessing as mp
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -33,14 +34,14 @@ from typing import Any
 import numpy as np
 
 from sil.contract import prepare
-from sil.contract.schema import LoadedContract, load_contract
-from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
+from sil.stats.fitness import paired_round
+from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
+from sil.stats.judges import ArmBudget, CoinJudge, GateJudge, Judge, JudgeState, Trial, certify
+from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.proposers import Proposal, ProposalRequest
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
 from sil.search.proposers.llm import LLMProposer
-from sil.stats.fitness import RoundStat, paired_round
-from sil.stats.judges import ArmBudget, GateJudge, JudgeState, Trial, certify
 from sil_policy import SURFACES, load_surface
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
 from sil_runtime.sim.mechanisms import highlights, mechanism_field
@@ -49,7 +50,7 @@ from sil_runtime.sim.world import World
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "examples" / "program-mutator-offline.md"
 PROPOSER_NAMES = ("catalogue", "random_edit", "mutator", "oracle")
-HARM_TOLERANCE = 0.3  # as bench/simrun.py: a final critical change above this is "worse"
+RULES = ("gate", "oracle_gate")  # the contract's gate judge, or a gate that knows the truth
 RANDOM_WORDS = (
     "always never tool error result reply customer order check report say text call data "
     "instruction help routine refund account verify before after when if the a do not"
@@ -228,17 +229,26 @@ class RunResult:
     mutator_calls: int
     mutator_usd: float
     certified: bool | None
+    worse: bool = False  # final target change > 0, or a critical dimension beyond its tolerance
+    false_keeps: int = 0  # KEEPs whose true target change against the champion was >= 0
+
+
+def tolerance(promotion: Promotion, dim: str) -> float:
+    """A critical dimension's harm tolerance (the world may score more critical dims than the contract)."""
+    tol = promotion.harm_tolerance
+    return tol if isinstance(tol, float) else tol.get(dim, min(tol.values()))
 
 
 class GateRun:
     """The gate arm of the loop on one bench world: calibrate, propose, judge, certify."""
 
     def __init__(
-        self, loaded: LoadedContract, world: BenchWorld, origin: dict[str, dict[str, Any]], budget: int
+        self, loaded: LoadedContract, world: BenchWorld, origin: dict[str, dict], budget: int, rule: str = "gate"
     ) -> None:
-        self.loaded, self.world, self.origin, self.budget = loaded, world, origin, budget
+        self.loaded, self.world, self.origin, self.budget, self.rule = loaded, world, origin, budget, rule
         self.promo = loaded.contract.promotion
-        self.reserve = 2 * loaded.contract.budget.certify_rounds
+        # the oracle gate needs no certification: it knows the delivered champion's truth
+        self.reserve = 2 * loaded.contract.budget.certify_rounds if rule == "gate" else 0
         self.used = 0
         self.audits: list[Audit] = []
 
@@ -272,14 +282,16 @@ class GateRun:
         )
 
     def run(self, proposer: Any, seed: int) -> RunResult:
-        judge, shared = GateJudge(self.promo), JudgeState.start(self.promo)
-        for i in range(self.promo.calibration_pairs):
+        coin = self.rule == "coin"  # the random arm: one round, then the loop's seeded coin
+        judge: Judge = CoinJudge(seed) if coin else GateJudge(self.promo)
+        shared = JudgeState.start(self.promo)
+        for i in range(0 if coin else self.promo.calibration_pairs):
             shared.pool.add_aa(self.round(f"aa{i:03d}", self.origin, self.origin))
         calibration = self.used
         history: list[TriedEdit]
         tried: set[tuple[str, str, str]]
         champion, history, tried = self.origin, [], set()
-        keeps = decisions = gaps = streak = calls = 0
+        keeps = decisions = gaps = streak = calls = false_keeps = 0
         usd = 0.0
         index = 0
         while self.budget - self.reserve - self.used >= 2 and judge.stop_reason(shared) is None:
@@ -299,36 +311,60 @@ class GateRun:
             cand = {**champion, m.surface: apply_mutation(m, champion, list(SURFACES))}
             diffs: list[dict[str, float | None]]
             trial, diffs, verdict = Trial(), [], "continue"
+            if self.rule == "oracle_gate":
+                diffs.append(self.round(f"c{index:03d}-r00", cand, champion).diff)
+                verdict = "keep" if self.oracle_keeps(cand, champion) else "revert"
             while verdict == "continue":
                 if self.budget - self.reserve - self.used < 2:
                     verdict = "revert"
                     break
-                stat = self.round(f"c{index:03d}-r{len(diffs):02d}", cand, champion)
+                stat = self.round(f"{'coin-' if coin else ''}c{index:03d}-r{len(diffs):02d}", cand, champion)
                 diffs.append(stat.diff)
                 left = self.budget - self.reserve - self.used
                 budget = ArmBudget(audits_left=left, audits_spent=self.used - calibration)
                 trial, outcome = judge.judge(trial, stat, shared, budget, index)
                 verdict = outcome.verdict
-            shared = judge.close(trial, verdict, shared)
+            if self.rule != "oracle_gate":
+                shared = judge.close(trial, verdict, shared)
             decisions += 1
             tried.add(m.edit_key)
             history.append(self.tried_edit(index, m, verdict, diffs, shared))
             if verdict == "keep":
+                t = self.world.dims.index(self.world.target)
+                false_keeps += int(self.world.truth(cand)[t] >= self.world.truth(champion)[t])
                 champion, keeps = cand, keeps + 1
             index += 1
-        certified = self.certify(champion, shared) if keeps and self.reserve else None
+        certified = self.certify(champion, shared) if keeps and self.reserve and not coin else None
         if certified is False:
             champion = self.origin
         final = self.world.truth(champion) - self.world.truth(self.origin)
         crit = [self.world.dims.index(c) for c in self.world.critical]
         t = self.world.dims.index(self.world.target)
+        beyond = any(final[self.world.dims.index(c)] > tolerance(self.promo, c) for c in self.world.critical)
         return RunResult(
-            float(final[t]), float(max(final[crit])), keeps, decisions, self.used, gaps, calls, usd, certified
+            float(final[t]),
+            float(max(final[crit])),
+            keeps,
+            decisions,
+            self.used,
+            gaps,
+            calls,
+            usd,
+            certified,
+            worse=bool(final[t] > 0 or beyond),
+            false_keeps=false_keeps,
         )
 
-    def tried_edit(
-        self, index: int, m: Any, verdict: str, diffs: list[dict[str, float | None]], shared: JudgeState
-    ) -> TriedEdit:
+    def oracle_keeps(self, cand: dict, champion: dict) -> bool:
+        """KEEP iff the candidate truly lowers the target and leaves every critical dimension
+        within its tolerance of the start: the decision a gate with no noise would make."""
+        w, p = self.world, self.promo
+        origin, before, after = w.truth(self.origin), w.truth(champion), w.truth(cand)
+        t = w.dims.index(w.target)
+        within = all(after[w.dims.index(c)] - origin[w.dims.index(c)] <= tolerance(p, c) for c in w.critical)
+        return bool(after[t] < before[t] and within)
+
+    def tried_edit(self, index: int, m: Any, verdict: str, diffs: list, shared: JudgeState) -> TriedEdit:
         return TriedEdit(
             index=index,
             mutation_id=m.mutation_id,
@@ -369,36 +405,123 @@ def make_proposer(name: str, loaded: LoadedContract, world: BenchWorld) -> Any:
     raise ValueError(f"unknown proposer {name!r}; choose from {', '.join(PROPOSER_NAMES)}")
 
 
-def one_run(task: tuple[str, int, int, tuple[str, ...]]) -> dict[str, RunResult]:
-    contract_path, run, budget, names = task
-    loaded = load_contract(Path(contract_path))
+def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> LoadedContract:
+    """The contract with promotion fields replaced (validated, as the contract would be);
+    `certify_rounds` is the budget's field of that name."""
+    if not overrides:
+        return loaded
+    c, over = loaded.contract, dict(overrides)
+    budget = c.budget.model_dump()
+    if "certify_rounds" in over:
+        budget["certify_rounds"] = over.pop("certify_rounds")
+    promo = Promotion.model_validate({**c.promotion.model_dump(), **over})
+    contract = type(c).model_validate({**c.model_dump(), "promotion": promo.model_dump(), "budget": budget})
+    return loaded.model_copy(update={"contract": contract})
+
+
+def entry_name(proposer: str, rule: str) -> str:
+    return proposer if rule == "gate" else f"{proposer}+{rule}"
+
+
+def one_run(task: tuple[str, int, int, tuple[tuple[str, str], ...], dict[str, object]]) -> dict[str, RunResult]:
+    contract_path, run, budget, entries, overrides = task
+    loaded = with_overrides(load_contract(Path(contract_path)), overrides)
     root = ROOT / loaded.contract.measurement.seed_library
     seeds = [s.id for s in prepare.load_seeds(root)]
     rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
     origin = {n: load_surface(n, ROOT / "state" / "policies" / s.filename)[0] for n, s in SURFACES.items()}
     out = {}
-    for name in names:
+    for name, rule in entries:
         world = BenchWorld(loaded, run, seeds, rubric)
-        out[name] = GateRun(loaded, world, origin, budget).run(make_proposer(name, loaded, world), 1000 + run)
+        gate_run = GateRun(loaded, world, origin, budget, rule)
+        out[entry_name(name, rule)] = gate_run.run(make_proposer(name, loaded, world), 1000 + run)
     return out
+
+
+ARMS = ("never", "random", "gate")
+
+
+def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
+    """The contract's three arms on one world, with its own arm budgets (the default `make run`):
+    the never arm's A/A pairs, the random arm's coin over its audits, the gate arm's gate and
+    certification. Each arm's champion is scored against the simulated truth."""
+    contract_path, run, overrides = task
+    loaded = with_overrides(load_contract(Path(contract_path)), overrides)
+    c = loaded.contract
+    root = ROOT / c.measurement.seed_library
+    seeds = [s.id for s in prepare.load_seeds(root)]
+    rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
+    origin = {n: load_surface(n, ROOT / "state" / "policies" / s.filename)[0] for n, s in SURFACES.items()}
+    arm = c.budget.arm_audits
+    gate_budget = 2 * c.promotion.calibration_pairs + arm["gate"] + 2 * c.budget.certify_rounds
+    out = {"never": RunResult(0.0, 0.0, 0, 0, arm.get("never", 0), 0, 0, 0.0, None)}
+    for name, rule, budget in (("random", "coin", arm["random"]), ("gate", "gate", gate_budget)):
+        world = BenchWorld(loaded, run, seeds, rubric)
+        proposer = LLMProposer(loaded)
+        out[name] = GateRun(loaded, world, origin, budget, rule).run(proposer, c.seed + run)
+    return out
+
+
+def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequence[str]) -> list[dict]:
+    """`--arms`: the default run's three arms over --runs worlds, with their true delivered change."""
+    from bench.metrics import provenance
+
+    started = time.monotonic()
+    tasks = [(str(args.contract), r, overrides) for r in range(args.runs)]
+    if args.jobs > 1:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            per_run = pool.map(arms_run, tasks)
+    else:
+        per_run = [arms_run(t) for t in tasks]
+    rows = [aggregate(a, [r[a] for r in per_run]) for a in ARMS]
+    gate_minus_random = paired_difference(per_run, "gate", "random")
+    head = (
+        f"# The default run's three arms (simulated, `{args.contract.name}`)\n\n"
+        + provenance(["bench.proposers", *argv], f"{args.runs} worlds", time.monotonic() - started)
+        + f"- promotion overrides: {overrides or 'none'}; arm budgets and certification as the contract\n\n"
+        "| arm | true delivered target change (± SE) | P(delivered worse) | P(any false KEEP) | KEEPs/run "
+        "| certified | decisions/run |\n|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+        lines.append(
+            f"| {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {r['p_final_worse']:.3f} "
+            f"| {r['p_any_false_keep']:.3f} | {r['keeps_per_run']:.2f} | {cert} | {r['decisions_per_run']:.1f} |"
+        )
+    text = (
+        head
+        + "\n".join(lines)
+        + (f"\n\ngate - random (paired by world): {gate_minus_random[0]:+.3f} ± {gate_minus_random[1]:.3f} (SE)\n")
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = {"runs": args.runs, "rows": rows, "per_run": [{a: asdict(r[a]) for a in ARMS} for r in per_run]}
+    (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1))
+    (args.out / f"{args.name}.md").write_text(text)
+    print(text)
+    return rows
 
 
 def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
     t = np.array([r.final_target for r in results])
     c = np.array([r.final_critical for r in results])
     decisions = sum(r.decisions for r in results)
+    certs = [r.certified for r in results if r.certified is not None]
     return {
         "proposer": name,
         "runs": len(results),
         "final_target": round(float(t.mean()), 4),
         "final_target_se": round(float(t.std(ddof=1) / math.sqrt(len(t))) if len(t) > 1 else float("nan"), 4),
-        "p_final_worse": round(float(np.mean((t > 0) | (c > HARM_TOLERANCE))), 4),
+        "p_final_worse": round(float(np.mean([r.worse for r in results])), 4),
+        "p_any_false_keep": round(float(np.mean([r.false_keeps > 0 for r in results])), 4),
+        "worst_critical": round(float(c.mean()), 4),
         "keeps_per_run": round(float(np.mean([r.keeps for r in results])), 3),
         "audits_per_decision": round(sum(r.audits for r in results) / max(1, decisions), 2),
         "decisions_per_run": round(decisions / len(results), 2),
         "proposer_gaps": int(sum(r.gaps for r in results)),
         "mutator_calls_per_run": round(float(np.mean([r.mutator_calls for r in results])), 2),
         "mutator_usd": round(float(sum(r.mutator_usd for r in results)), 4),
+        "certified_share": None if not certs else round(float(np.mean(certs)), 3),
     }
 
 
@@ -419,62 +542,109 @@ def differences(per_run: list[dict[str, RunResult]], names: Sequence[str]) -> li
     return out
 
 
-def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
-    head = (
-        f"# Proposer benchmark (simulated mechanisms world)\n\n"
-        f"`python -m bench.proposers --runs {args.runs} --budget {args.budget}`: {args.runs} runs per "
-        f"proposer, audit budget {args.budget} per run (calibration and certification included), "
-        f"{seconds:.0f}s. Simulated figures about search strategies, not about any model.\n\n"
-        "| proposer | final true target change (± SE) | P(final worse) | KEEPs/run | audits/decision "
-        "| decisions/run | proposer gaps | mutator calls/run | mutator USD |\n|---|---|---|---|---|---|---|---|---|\n"
-    )
-    lines = [
-        f"| {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {r['p_final_worse']:.3f} "
-        f"| {r['keeps_per_run']:.2f} | {r['audits_per_decision']:.1f} | {r['decisions_per_run']:.1f} "
-        f"| {r['proposer_gaps']} | {r['mutator_calls_per_run']:.1f} | {r['mutator_usd']:.2f} |"
-        for r in rows
+CEILING = entry_name("oracle", "oracle_gate")
+
+
+def format_md(tables: dict[float, list[dict]], args: argparse.Namespace) -> str:
+    """One table per tolerance, and each proposer x rule as a share of the ceiling."""
+    out = [
+        "| tolerance | proposer + rule | final true target change (± SE) | share of ceiling | P(final worse) "
+        "| P(any false KEEP) | KEEPs/run | certified | audits/decision | decisions/run | gaps | mutator calls/run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    return head + "\n".join(lines) + "\n"
+    for tol, rows in tables.items():
+        ceiling = next((r["final_target"] for r in rows if r["proposer"] == CEILING), None)
+        for r in rows:
+            share = f"{r['final_target'] / ceiling:.0%}" if ceiling else "—"
+            cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+            out.append(
+                f"| {tol:g} | {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {share} "
+                f"| {r['p_final_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['keeps_per_run']:.2f} | {cert} "
+                f"| {r['audits_per_decision']:.1f} | {r['decisions_per_run']:.1f} | {r['proposer_gaps']} "
+                f"| {r['mutator_calls_per_run']:.1f} |"
+            )
+    return "\n".join(out) + "\n"
 
 
-def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
+def run_tolerance(args: argparse.Namespace, entries: tuple, overrides: dict) -> list[dict[str, RunResult]]:
+    tasks = [(str(args.contract), r, args.budget, entries, overrides) for r in range(args.runs)]
+    if args.jobs > 1:
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            return pool.map(one_run, tasks)
+    return [one_run(t) for t in tasks]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.proposers", description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
+    ap.add_argument("--name", default="proposers", help="file stem: writes <out>/<name>.md and .json")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--contract", type=Path, default=CONTRACT)
     ap.add_argument("--proposers", default=",".join(PROPOSER_NAMES))
+    ap.add_argument("--rules", default="gate", help=f"decision rules, from {', '.join(RULES)}")
+    ap.add_argument("--tolerances", type=float, nargs="+", help="harm tolerances (default: the contract's)")
+    ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="promotion overrides")
+    ap.add_argument("--arms", action="store_true", help="the contract's three arms with its arm budgets")
     args = ap.parse_args(argv)
     names = tuple(n for n in args.proposers.split(",") if n)
-    bad = [n for n in names if n not in PROPOSER_NAMES]
+    rules = tuple(n for n in args.rules.split(",") if n)
+    bad = [n for n in names if n not in PROPOSER_NAMES] + [r for r in rules if r not in RULES]
     if bad or args.runs < 1 or args.budget < 60:
-        ap.error(f"--proposers from {', '.join(PROPOSER_NAMES)}; --runs >= 1; --budget >= 60 (got {bad or ''})")
-    started = time.monotonic()
-    tasks = [(str(args.contract), r, args.budget, names) for r in range(args.runs)]
-    if args.jobs > 1:
-        with mp.get_context("spawn").Pool(args.jobs) as pool:
-            per_run = pool.map(one_run, tasks)
-    else:
-        per_run = [one_run(t) for t in tasks]
-    rows = [aggregate(n, [r[n] for r in per_run]) for n in names]
-    seconds = time.monotonic() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "proposers.json").write_text(
-        json.dumps(
-            {
-                "runs": args.runs,
-                "budget": args.budget,
-                "rows": rows,
-                "per_run": [{n: asdict(r[n]) for n in names} for r in per_run],
-            },
-            indent=1,
+        ap.error(
+            f"--proposers from {', '.join(PROPOSER_NAMES)}; --rules from {', '.join(RULES)}; --runs >= 1; "
+            f"--budget >= 60 (got {bad or ''})"
         )
+    args.entries = tuple((n, r) for r in rules for n in names)
+    return args
+
+
+def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict]:
+    from bench.gates import _overrides
+
+    args = parse_args(argv)
+    cert = [x for x in args.set if x.startswith("certify_rounds=")]
+    overrides = _overrides([x for x in args.set if x not in cert])
+    if cert:
+        overrides["certify_rounds"] = int(cert[-1].split("=", 1)[1])
+    try:
+        base = with_overrides(load_contract(args.contract), overrides)
+    except Exception as ex:  # a bad override or contract: one line, exit 2
+        raise SystemExit(f"invalid contract or --set override: {ex}") from None
+    if args.arms:
+        return main_arms(args, overrides, list(argv if argv is not None else sys.argv[1:]))
+    tolerances = args.tolerances or [base.contract.promotion.harm_tolerance]
+    names = [entry_name(n, r) for n, r in args.entries]
+    started = time.monotonic()
+    tables: dict[float, list[dict]] = {}
+    data: dict[str, Any] = {"runs": args.runs, "budget": args.budget, "overrides": overrides, "tolerances": {}}
+    diffs = []
+    for tol in tolerances:
+        per_run = run_tolerance(args, args.entries, {**overrides, "harm_tolerance": tol})
+        tables[tol] = [aggregate(n, [r[n] for r in per_run]) for n in names]
+        data["tolerances"][str(tol)] = {
+            "rows": tables[tol],
+            "per_run": [{n: asdict(r[n]) for n in names} for r in per_run],
+        }
+        diffs += [f"- tolerance {tol:g}: {line[2:]}" for line in differences(per_run, names)]
+    seconds = time.monotonic() - started
+    from bench.metrics import provenance
+
+    head = (
+        f"# Proposer benchmark (simulated mechanisms world, `{args.contract.name}`)\n\n"
+        + provenance(
+            ["bench.proposers", *(argv if argv is not None else sys.argv[1:])], f"{args.runs} per cell", seconds
+        )
+        + f"- audit budget per run: {args.budget} (calibration and certification included); "
+        f"promotion overrides: {overrides or 'none'}\n\n"
     )
-    text = format_md(rows, args, seconds) + "\n" + "\n".join(differences(per_run, names)) + "\n"
-    (args.out / "proposers.md").write_text(text)
+    text = head + format_md(tables, args) + "\n" + "\n".join(diffs) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1))
+    (args.out / f"{args.name}.md").write_text(text)
     progress(text)
-    return rows
+    return [row for rows in tables.values() for row in rows]
 
 
 if __name__ == "__main__":

@@ -128,6 +128,8 @@ class Budget(_Strict):
 
 
 DEFAULT_HARM_TOLERANCE = 0.3  # points: a critical regression larger than this is harm
+# promotion fields added after contracts were approved: left out of the hash at their default
+NEW_PROMOTION_FIELDS = ("error_design", "alpha_search")
 
 
 class Promotion(_Strict):
@@ -176,6 +178,13 @@ class Promotion(_Strict):
     ni_spending: Literal["obf", "pocock"] = "obf"
     # target leg's per-round statistic: mean over seeds, trimmed by this share at each end
     target_trim: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
+    # Where the run's error is spent (docs/statistics.md §3). fwer: every confirmation is
+    # protected (alpha_run over the run) and the certification adds its own test. two_stage:
+    # the search decides each KEEP at a fixed level alpha_search (a search step, no run-level
+    # budget); the final certification of the delivered champion against the start, on rounds
+    # the search never saw, carries the guarantee, every leg at alpha_certify.
+    error_design: Literal["fwer", "two_stage"] = "fwer"
+    alpha_search: Annotated[float, Field(gt=0, lt=0.5)] = 0.1
 
     def tolerance(self, dim: str) -> float:
         """The harm tolerance of a critical dimension (points, lower scores are better)."""
@@ -374,6 +383,11 @@ class Contract(_Strict):
             )
         if self.mutator.catalogue is not None and self.models.mutator.model != CATALOGUE_MODEL:
             raise ValueError(f"mutator.catalogue is only for models.mutator.model {CATALOGUE_MODEL!r}")
+        if self.promotion.error_design == "two_stage" and self.budget.certify_rounds < 1:
+            raise ValueError(
+                "promotion.error_design two_stage needs budget.certify_rounds >= 1: the final "
+                "certification carries its guarantee (or use error_design: fwer)"
+            )
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self
@@ -406,8 +420,9 @@ class Contract(_Strict):
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed
             del data["measurement"]["common_random_numbers"]
-        if not self.runtime.waive_unprovable_use:  # and those written before the waiver existed
-            del data["runtime"]["waive_unprovable_use"]
+        for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
+            if data["promotion"][key] == Promotion.model_fields[key].default:
+                del data["promotion"][key]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @property

@@ -83,7 +83,9 @@ class Summary(BaseModel):
     alpha_spent: float
     confirmations: int
     confirmation: Confirmation | None = None
-    canary_halt: str | None = None  # the judge-drift canary halted: no comparison in the run is trustworthy
+    error_design: str = "fwer"
+    alpha_search: float | None = None  # two-stage: the search stage's level per confirmation
+    alpha_certify: float | None = None
 
 
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
@@ -195,7 +197,9 @@ def build_summary(
         alpha_spent=budget.spent,
         confirmations=budget.confirmations,
         confirmation=_confirmation(state, records, target),
-        canary_halt=canary_halt(records),
+        error_design=contract.promotion.error_design,
+        alpha_search=contract.promotion.alpha_search,
+        alpha_certify=contract.promotion.alpha_certify,
     )
 
 
@@ -258,6 +262,22 @@ def confirmation_lines(s: Summary) -> list[str]:
     ]
 
 
+RANDOM_ARM_LINE = (
+    "random arm: a negative control that keeps each candidate on a coin flip, untested and never "
+    "certified; its Δ measures the proposer, not a decision rule, and carries no guarantee"
+)
+
+
+def error_line(s: Summary) -> str:
+    """Where the run's error went, in the contract's design."""
+    if s.error_design == "two_stage":
+        return (
+            f"error design: two-stage — {s.confirmations} search confirmations at α_search={s.alpha_search} each "
+            f"(search steps); the guarantee is the certification's, at α_certify={s.alpha_certify}"
+        )
+    return f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
+
+
 def render(s: Summary, console: Console) -> None:
     table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
     for col in (
@@ -297,9 +317,9 @@ def render(s: Summary, console: Console) -> None:
     for line in confirmation_lines(s):
         console.print(line)
     console.print(conclusion(s))
-    console.print(
-        f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
-    )
+    console.print(error_line(s))
+    if any(a.arm == "random" for a in s.arms):
+        console.print(RANDOM_ARM_LINE)
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
     console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
     if s.mutator_calls:

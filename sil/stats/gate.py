@@ -568,7 +568,19 @@ def make_certify_gate(
         replace(leg, sigma=None if leg.sigma is None else leg.sigma * sigma_scale)
         for leg in build_legs(promotion, noise, level)
     )
+    if promotion.error_design == "two_stage":
+        legs = tuple(_guarantee_leg(promotion, leg, level) for leg in legs)
     return SequentialPairedGate(legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify")
+
+
+def _guarantee_leg(promotion: Promotion, leg: Leg, level: float) -> Leg:
+    """Two-stage design: a critical leg of the certification tests the user's claim itself,
+    H0: delta_c >= harm margin (share * tolerance, capped by critical_margin; no noise rule),
+    at the certification's own level, so every leg of the guarantee is at alpha_certify."""
+    if leg.kind != "critical":
+        return leg
+    margin = min(promotion.harm_margin_share * promotion.tolerance(leg.name), promotion.critical_margin)
+    return replace(leg, null=margin, alpha=level)
 
 
 # ---------------------------------------------------------------------------- error budget
@@ -590,12 +602,16 @@ class ErrorBudget(BaseModel):
     the FWER bound stands under any dependence (docs/gate-levers.md gives the argument).
     elond (Xu & Ramdas 2024): alpha_j = alpha_run * (R + 1) / J with R the KEEPs so far;
     FDR <= alpha_run; `spent` there is alpha_run * j / J, the share of the gamma sequence used.
+    fixed (the search stage of the two-stage design): every confirmation runs at alpha_run, with
+    no cap on their number; it bounds the false-KEEP rate per null confirmation, not per run.
+    The run's guarantee is then the final certification's (docs/statistics.md §3); `spent` is
+    the sum of the levels used, for the record only.
     """
 
     model_config = ConfigDict(frozen=True)
     alpha_run: float = Field(gt=0, lt=1)
     max_confirmations: int = Field(ge=1)
-    mode: Literal["fwer", "elond"] = "fwer"
+    mode: Literal["fwer", "elond", "fixed"] = "fwer"
     allocation: Literal["even", "forecast"] = "forecast"  # fwer: use expected_remaining?
     recycle: bool = False  # fwer: a KEEP's alpha returns to the budget
     tested: list[float] = []  # alpha of each confirmation, in order
@@ -603,6 +619,8 @@ class ErrorBudget(BaseModel):
 
     @classmethod
     def from_promotion(cls, promotion: Promotion) -> ErrorBudget:
+        if promotion.error_design == "two_stage":
+            return cls(alpha_run=promotion.alpha_search, max_confirmations=promotion.max_confirmations, mode="fixed")
         return cls(
             alpha_run=promotion.alpha_run,
             max_confirmations=promotion.max_confirmations,
@@ -623,6 +641,8 @@ class ErrorBudget(BaseModel):
     def spent(self) -> float:
         if self.mode == "elond":
             return self.alpha_run * self.confirmations / self.max_confirmations
+        if self.mode == "fixed":
+            return math.fsum(self.tested)
         charged = [a for a, k in zip(self.tested, self.kept, strict=True) if not (k and self.recycle)]
         return min(math.fsum(charged), self.alpha_run)
 
@@ -632,6 +652,8 @@ class ErrorBudget(BaseModel):
 
     def next_alpha(self, expected_remaining: float | None = None) -> float | None:
         """Level for the next confirmation, or None when no confirmation may start."""
+        if self.mode == "fixed":
+            return self.alpha_run
         left = self.max_confirmations - self.confirmations
         if left <= 0:
             return None
@@ -647,13 +669,16 @@ class ErrorBudget(BaseModel):
 
     def record(self, alpha: float, kept: bool) -> ErrorBudget:
         """Account one finished confirmation that ran at `alpha`."""
-        if self.confirmations >= self.max_confirmations:
+        if self.mode == "fixed":
+            if not math.isclose(alpha, self.alpha_run, rel_tol=1e-12):
+                raise ValueError(f"confirmation ran at alpha {alpha}, but the search stage's level is {self.alpha_run}")
+        elif self.confirmations >= self.max_confirmations:
             raise ValueError("the run's error budget is exhausted: no confirmation may start")
         if self.mode == "elond":
             issued = self.next_alpha()
             if issued is None or not math.isclose(alpha, issued, rel_tol=1e-12):
                 raise ValueError(f"confirmation ran at alpha {alpha}, but e-LOND issued {issued}")
-        elif not 0 < alpha <= self.remaining * (1 + 1e-12):
+        elif self.mode == "fwer" and not 0 < alpha <= self.remaining * (1 + 1e-12):
             raise ValueError(
                 f"confirmation ran at alpha {alpha}, but only {self.remaining} of the run's error budget is left"
             )
