@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,7 @@ class Setup:
     n_seeds: int
     promotion: Promotion
     methods: tuple[str, ...]
+    certify_audits: int = CERTIFY_AUDITS  # reserved for the final certification (2 per round)
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
         return world_params(self.params, cell.world, {"pair_correlation": cell.rho, "world_seed": SEED + run})
@@ -171,7 +172,8 @@ def load_setup(
         promo = Promotion.model_validate({**p.model_dump(), **update})
     except ValidationError as ex:
         raise SystemExit(f"invalid promotion override: {ex}") from None
-    return Setup(c.sim, dims, len(prepare.load_seeds()), promo, tuple(methods))
+    certify = 2 * c.budget.certify_rounds or CERTIFY_AUDITS
+    return Setup(c.sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify)
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
@@ -209,16 +211,16 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
     if method == "loop_gate":
         promo = setup.cell_promotion(cell)
         # the two-stage design's guarantee is its certification: the loop always runs it
-        reserve = CERTIFY_AUDITS if promo.error_design == "two_stage" else 0
+        reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
         return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
     if method == "loop_gate_elond":
         return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
     if method == "loop_gate_certified":
-        settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=CERTIFY_AUDITS)
+        settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
         return PROCEDURES["loop_gate"], settings
     if method in OVERRIDES:
         promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
-        reserve = CERTIFY_AUDITS if promo.error_design == "two_stage" else 0
+        reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
         return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
@@ -312,13 +314,13 @@ def acceptance(tables: dict[Cell, list[Row]], validity: Sequence[ValidityRow], a
     return lines
 
 
-def design_line(promo: Promotion) -> str:
+def design_line(promo: Promotion, certify_audits: int) -> str:
     """The loop gate's error design in one phrase."""
     if promo.error_design == "two_stage":
         return (
             f"two-stage design (search: each confirmation at alpha_search {promo.alpha_search}; "
             f"certification of the delivered champion at alpha_certify {promo.alpha_certify}, "
-            f"{CERTIFY_AUDITS} audits reserved)"
+            f"{certify_audits} audits reserved)"
         )
     return f"alpha_run {promo.alpha_run} ({promo.error_control})"
 
@@ -340,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--methods", nargs="+", choices=METHODS + VARIANTS + LEVERS + tuple(OVERRIDES), help="run only these"
     )
+    ap.add_argument("--certify-rounds", type=int, help="certification rounds (default: the contract's, or 20)")
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")
@@ -366,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("--runs must be >= 2 and --validity-reps >= 1")
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
     setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
+    if args.certify_rounds is not None:
+        setup = replace(setup, certify_audits=2 * args.certify_rounds)
     alpha_run = setup.promotion.alpha_run
     worlds = [w for name in args.worlds for w in (GRID_WORLDS if name == "grid" else (name,))]
     for name in worlds:
@@ -375,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = [
         f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
         f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
-        f"loop gate: {setup.promotion.gate}, {design_line(setup.promotion)}, "
+        f"loop gate: {setup.promotion.gate}, {design_line(setup.promotion, setup.certify_audits)}, "
         f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300",
         "",
     ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -279,7 +280,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(text)
     if args.out:
-        _write(args.out, text, rows, cost, args)
+        from bench.metrics import provenance
+
+        used = list(argv) if argv is not None else sys.argv[1:]
+        head = provenance(["bench.judgepasses", *used], f"{args.worlds} worlds x {args.pairs} A/A pairs", elapsed)
+        first, _, rest = text.partition("\n")
+        _write(args.out, f"{first}\n\n{head}{rest}", rows, cost, args)
 
 
 def _write(folder: Path, text: str, rows: Sequence[PassRow], cost: Cost, args: argparse.Namespace) -> None:

@@ -37,7 +37,7 @@ from sil.contract import prepare
 from sil.stats.fitness import paired_round
 from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
-from sil.stats.judges import ArmBudget, CoinJudge, GateJudge, Judge, JudgeState, Trial, certify
+from sil.stats.judges import ArmBudget, CoinJudge, GateJudge, Judge, JudgeState, Trial, certify, seed_count_scale
 from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.proposers import Proposal, ProposalRequest
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
@@ -71,8 +71,12 @@ class Audit:
 class BenchWorld:
     """One run's world: theta, truth and audits (scores + the judge's highlights) of a policy set."""
 
-    def __init__(self, loaded: LoadedContract, run: int, seed_ids: list[str], rubric: Mapping[str, str]) -> None:
+    def __init__(
+        self, loaded: LoadedContract, run: int, seed_ids: list[str], rubric: dict[str, str], n_search: int | None = None
+    ) -> None:
         c = loaded.contract
+        # seeds [0, n_search) are the search seeds; the rest are held out (certification only)
+        self.n_search = len(seed_ids) if n_search is None else n_search
         assert c.sim is not None
         self.params = c.sim.model_copy(
             update={"world_seed": c.sim.world_seed + run, "landscape_seed": c.sim.landscape_seed + run}
@@ -93,8 +97,21 @@ class BenchWorld:
             self._theta[set_id] = self.params.hashed_scale * base + mech
         return self._theta[set_id]
 
-    def truth(self, docs: dict[str, dict[str, Any]]) -> np.ndarray:
-        return self.world.expected_scores(self.theta(docs, set_id(docs)))
+    def truth(self, docs: dict[str, dict], part: str = "search") -> np.ndarray:
+        """True expected audit mean per dim over the search seeds, the held-out seeds, or all."""
+        theta = self.theta(docs, set_id(docs))
+        if part == "all":
+            return self.world.expected_scores(theta)
+        per_seed = self.world.expected_score_at(self.world._base + theta)
+        rows = self.rows(part)
+        return per_seed[rows].mean(axis=0)
+
+    def rows(self, part: str) -> slice:
+        return slice(0, self.n_search) if part == "search" else slice(self.n_search, len(self.seed_ids))
+
+    @property
+    def has_heldout(self) -> bool:
+        return self.n_search < len(self.seed_ids)
 
     def pair(self, label: str, a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> tuple[Audit, Audit]:
         out = []
@@ -109,7 +126,7 @@ class BenchWorld:
                     scores={d: float(v) for d, v in zip(self.dims, row, strict=True) if math.isfinite(v)},
                     highlights=hl,
                 )
-                for seed, row, hl in zip(self.seed_ids, y, notes, strict=True)
+                for seed, row, hl in list(zip(self.seed_ids, y, notes, strict=True))[: self.n_search]
             ]
             out.append(Audit(audit_id, sid, y, AuditEvidence(audit_id=audit_id, round=label, seeds=seeds)))
         self.tick += 1
@@ -231,6 +248,8 @@ class RunResult:
     certified: bool | None
     worse: bool = False  # final target change > 0, or a critical dimension beyond its tolerance
     false_keeps: int = 0  # KEEPs whose true target change against the champion was >= 0
+    target_heldout: float | None = None  # the final true target change on the held-out seeds
+    target_all: float | None = None  # ... and on all seeds (search and held-out)
 
 
 def tolerance(promotion: Promotion, dim: str) -> float:
@@ -252,11 +271,13 @@ class GateRun:
         self.used = 0
         self.audits: list[Audit] = []
 
-    def round(self, label: str, cand: dict[str, dict[str, Any]], champ: dict[str, dict[str, Any]]) -> RoundStat:
+    def round(self, label: str, cand: dict, champ: dict, part: str = "search"):
         a, b = self.world.pair(label, cand, champ)
-        self.audits += [a, b]
+        if part == "search":
+            self.audits += [a, b]  # held-out audits are never shown to the proposer
         self.used += 2
-        return paired_round(a.scores, b.scores, self.world.dims, self.promo.min_seed_coverage)
+        rows = self.world.rows(part)
+        return paired_round(a.scores[rows], b.scores[rows], self.world.dims, self.promo.min_seed_coverage)
 
     def context(self, champion: dict[str, dict[str, Any]], history: list[TriedEdit]) -> MutatorContext:
         sid = set_id(champion)
@@ -285,8 +306,10 @@ class GateRun:
         coin = self.rule == "coin"  # the random arm: one round, then the loop's seeded coin
         judge: Judge = CoinJudge(seed) if coin else GateJudge(self.promo)
         shared = JudgeState.start(self.promo)
-        for i in range(0 if coin else self.promo.calibration_pairs):
+        for i in range(self.promo.calibration_pairs):
             shared.pool.add_aa(self.round(f"aa{i:03d}", self.origin, self.origin))
+        if coin:  # the never arm paid for these; the random arm's proposer reads them as evidence
+            self.used = 0
         calibration = self.used
         history: list[TriedEdit]
         tried: set[tuple[str, str, str]]
@@ -353,7 +376,17 @@ class GateRun:
             certified,
             worse=bool(final[t] > 0 or beyond),
             false_keeps=false_keeps,
+            **self.other_parts(champion, t),
         )
+
+    def other_parts(self, champion: dict, t: int) -> dict[str, float]:
+        if not self.world.has_heldout:
+            return {}
+        w, o = self.world, self.origin
+        return {
+            "target_heldout": float(w.truth(champion, "heldout")[t] - w.truth(o, "heldout")[t]),
+            "target_all": float(w.truth(champion, "all")[t] - w.truth(o, "all")[t]),
+        }
 
     def oracle_keeps(self, cand: dict, champion: dict) -> bool:
         """KEEP iff the candidate truly lowers the target and leaves every critical dimension
@@ -380,10 +413,13 @@ class GateRun:
 
     def certify(self, champion: dict[str, dict[str, Any]], shared: JudgeState) -> bool:
         looks = self.loaded.contract.budget.certify_rounds
+        part = "heldout" if self.world.has_heldout else "search"  # as measurement.certify_on auto
+        n_cert = len(self.world.seed_ids) - self.world.n_search if part == "heldout" else self.world.n_search
+        scale = seed_count_scale(self.world.n_search, n_cert)
         rounds = []
         for i in range(looks):
-            rounds.append(self.round(f"cert{i:02d}", champion, self.origin))
-            decision = certify(self.promo, shared.pool, rounds, looks)
+            rounds.append(self.round(f"cert{i:02d}", champion, self.origin, part))
+            decision = certify(self.promo, shared.pool, rounds, looks, scale)
             if decision.verdict != "continue":
                 return decision.verdict == "keep"
         return False
@@ -439,6 +475,7 @@ def one_run(task: tuple[str, int, int, tuple[tuple[str, str], ...], dict[str, ob
 
 
 ARMS = ("never", "random", "gate")
+PARTS = ("target_heldout", "target_all")
 
 
 def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
@@ -449,14 +486,15 @@ def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
     loaded = with_overrides(load_contract(Path(contract_path)), overrides)
     c = loaded.contract
     root = ROOT / c.measurement.seed_library
-    seeds = [s.id for s in prepare.load_seeds(root)]
+    search = [s.id for s in prepare.load_seeds(root)]
+    heldout = [s.id for s in prepare.load_seeds(root, "heldout")] if c.measurement.certify_on != "search" else []
     rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
     origin = {n: load_surface(n, ROOT / "state" / "policies" / s.filename)[0] for n, s in SURFACES.items()}
     arm = c.budget.arm_audits
     gate_budget = 2 * c.promotion.calibration_pairs + arm["gate"] + 2 * c.budget.certify_rounds
-    out = {"never": RunResult(0.0, 0.0, 0, 0, arm.get("never", 0), 0, 0, 0.0, None)}
+    out = {"never": RunResult(0.0, 0.0, 0, 0, arm.get("never", 0), 0, 0, 0.0, None, target_heldout=0.0, target_all=0.0)}
     for name, rule, budget in (("random", "coin", arm["random"]), ("gate", "gate", gate_budget)):
-        world = BenchWorld(loaded, run, seeds, rubric)
+        world = BenchWorld(loaded, run, search + heldout, rubric, n_search=len(search))
         proposer = LLMProposer(loaded)
         out[name] = GateRun(loaded, world, origin, budget, rule).run(proposer, c.seed + run)
     return out
@@ -479,14 +517,19 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         f"# The default run's three arms (simulated, `{args.contract.name}`)\n\n"
         + provenance(["bench.proposers", *argv], f"{args.runs} worlds", time.monotonic() - started)
         + f"- promotion overrides: {overrides or 'none'}; arm budgets and certification as the contract\n\n"
-        "| arm | true delivered target change (± SE) | P(delivered worse) | P(any false KEEP) | KEEPs/run "
-        "| certified | decisions/run |\n|---|---|---|---|---|---|---|\n"
+        "| arm | true delivered target change, search seeds (± SE) | on held-out seeds | on all seeds "
+        "| P(delivered worse) | P(any false KEEP) | KEEPs/run | certified | decisions/run |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+        parts = [[x for x in (getattr(p[r["proposer"]], f) for p in per_run) if x is not None] for f in PARTS]
+        extra = " | ".join(
+            f"{np.mean(x):+.3f} ± {np.std(x, ddof=1) / math.sqrt(len(x)):.3f}" if len(x) > 1 else "—" for x in parts
+        )
         lines.append(
-            f"| {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {r['p_final_worse']:.3f} "
+            f"| {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {extra} | {r['p_final_worse']:.3f} "
             f"| {r['p_any_false_keep']:.3f} | {r['keeps_per_run']:.2f} | {cert} | {r['decisions_per_run']:.1f} |"
         )
     text = (

@@ -568,19 +568,20 @@ def make_certify_gate(
         replace(leg, sigma=None if leg.sigma is None else leg.sigma * sigma_scale)
         for leg in build_legs(promotion, noise, level)
     )
-    if promotion.error_design == "two_stage":
-        legs = tuple(_guarantee_leg(promotion, leg, level) for leg in legs)
+    if promotion.error_design == "two_stage":  # the guarantee's legs: target and critical only
+        legs = tuple(_guarantee_leg(promotion, leg, level) for leg in legs if leg.kind != "auxiliary")
     return SequentialPairedGate(legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify")
 
 
 def _guarantee_leg(promotion: Promotion, leg: Leg, level: float) -> Leg:
     """Two-stage design: a critical leg of the certification tests the user's claim itself,
     H0: delta_c >= harm margin (share * tolerance, capped by critical_margin; no noise rule),
-    at the certification's own level, so every leg of the guarantee is at alpha_certify."""
+    at the certification's own level, so every leg of the guarantee is at alpha_certify. It spends
+    O'Brien-Fleming-type, whatever the search's NI spending: the most power at the last look."""
     if leg.kind != "critical":
         return leg
     margin = min(promotion.harm_margin_share * promotion.tolerance(leg.name), promotion.critical_margin)
-    return replace(leg, null=margin, alpha=level)
+    return replace(leg, null=margin, alpha=level, spending="obf")
 
 
 # ---------------------------------------------------------------------------- error budget

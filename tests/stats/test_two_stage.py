@@ -48,6 +48,14 @@ def test_two_stage_certification_tests_every_critical_dimension_at_its_tolerance
     assert fwer["c1"].alpha == 0.2  # today's design keeps its NI legs at alpha_noninferiority
 
 
+def test_two_stage_certification_leaves_the_auxiliary_composite_to_the_search():
+    noise = NoiseEstimate(sigma={d: 0.7 for d in [*DIMS, "a"]}, df={d: 40 for d in [*DIMS, "a"]}, n_pairs=40)
+    two = promo(error_design="two_stage", auxiliary_dimensions=["a"])
+    assert [leg.kind for leg in make_certify_gate(two, noise, rounds=5).legs] == ["target", "critical", "critical"]
+    fwer = promo(auxiliary_dimensions=["a"])
+    assert "auxiliary" in [leg.kind for leg in make_certify_gate(fwer, noise, rounds=5).legs]
+
+
 @pytest.mark.parametrize("bad_dim", ["t", "c1"])
 def test_certification_passes_a_champion_at_the_edge_of_the_claim_at_most_alpha_certify(bad_dim):
     """The guarantee, by Monte Carlo: a champion exactly at the boundary of the claim (no better
@@ -90,7 +98,7 @@ def test_new_fields_at_their_defaults_leave_the_contract_hash_alone():
 
 def test_two_stage_without_a_certification_is_refused(tmp_path: Path):
     text = (ROOT / "program.md").read_text()
-    text = text.replace("certify_rounds: 20", "certify_rounds: 0")
+    text = text.replace("certify_rounds: 40", "certify_rounds: 0")
     assert "certify_rounds: 0" in text
     if "error_design: two_stage" not in text:
         text = text.replace("promotion:\n", "promotion:\n  error_design: two_stage\n", 1)
