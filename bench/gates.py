@@ -93,7 +93,7 @@ OVERRIDES: dict[str, dict[str, object]] = {
     # the default before issue 10 part 4: K = 16 confirmation rounds, no alpha recycling
     "loop_gate_k16": {"replicate_k": 16, "alpha_recycle": False},
     # today's run-level FWER design with the final certification, and the two-stage design
-    "loop_gate_fwer": {"error_design": "fwer"},
+    "loop_gate_fwer": {"error_design": "fwer", "alpha_noninferiority": 0.2},  # program.md before issue 23
     "loop_gate_two_stage": {"error_design": "two_stage"},
 }
 LEVERS = ("loop_gate_m2o1", "loop_gate_m2o2", "loop_gate_m2o3", "loop_gate_m2o4")  # many-to-one, 1-4 slots
