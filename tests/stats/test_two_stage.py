@@ -81,7 +81,7 @@ def test_certification_passes_a_champion_at_the_edge_of_the_claim_at_most_alpha_
 
 
 def test_new_fields_at_their_defaults_leave_the_contract_hash_alone():
-    loaded = load_contract(ROOT / "examples" / "program-catalogue-sim.md")
+    loaded = load_contract(ROOT / "examples" / "program-mini-runtime.md")  # fwer, written out
     data = json.loads(loaded.contract.canonical_json())
     assert "error_design" not in data["promotion"] and "alpha_search" not in data["promotion"]
     two = loaded.contract.model_copy(
@@ -104,3 +104,27 @@ def test_two_stage_without_a_certification_is_refused(tmp_path: Path):
         text = text.replace("promotion:\n", "promotion:\n  error_design: two_stage\n", 1)
     with pytest.raises((ContractError, ValueError), match="certify_rounds >= 1"):
         parse_contract(text, str(ROOT / "program.md"))
+
+
+def test_summary_says_how_to_read_the_random_arm_and_where_the_error_went():
+    from rich.console import Console
+
+    from sil.review.summary import ArmLine, Summary, render
+
+    arm = ArmLine(
+        arm="random", audits=20, candidates=10, keeps=5, reverts=5, changed=True,
+        target_change=(-1.0, -1.5, -0.5), worst_critical=None, stop_reason="arm budget",
+    )  # fmt: skip
+    s = Summary(
+        run_id="r1", phase="done", halt_reason=None, backend="sim", note="", target="broken_tool_use",
+        baseline_mean=None, never_mean=None, drift=None, noise_sigma={}, noise_df={}, aa_mean_diff=None,
+        arms=[arm], audits=20, gaps=0, usd=0.0, elapsed_s=1.0, alpha_run=0.1, alpha_spent=0.5,
+        confirmations=5, error_design="two_stage", alpha_search=0.25, alpha_certify=0.05,
+    )  # fmt: skip
+    console = Console(record=True, width=300)
+    render(s, console)
+    text = console.export_text()
+    lines = [line for line in text.splitlines() if line.startswith("random arm:")]
+    assert len(lines) == 1 and "coin flip" in lines[0] and "no guarantee" in lines[0]
+    assert "two-stage" in text and "α_search=0.25" in text and "α_certify=0.05" in text
+    assert "of α_run" not in text  # the FWER budget line would misread a two-stage run
