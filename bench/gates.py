@@ -152,8 +152,9 @@ class Setup:
     def cell_promotion(self, cell: Cell, mode: str | None = None) -> Promotion:
         j_max = max(6, round(CONFIRMATIONS_PER_300 * cell.budget / 300))
         update: dict[str, object] = {"max_confirmations": j_max}
-        if mode:
+        if mode:  # e-LOND is a run-level control of the FWER design's confirmations
             update["error_control"] = mode
+            update["error_design"] = "fwer"
         return self.promotion.model_copy(update=update)
 
 

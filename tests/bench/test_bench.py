@@ -22,7 +22,22 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def setup():
-    return load_setup(REPO / "program.md", gates.METHODS + gates.VARIANTS, with_aux=False)
+    # the FWER design: these tests check its run-level alpha budget (two-stage: test_two_stage_*)
+    methods = gates.METHODS + gates.VARIANTS
+    return load_setup(REPO / "program.md", methods, with_aux=False, overrides={"error_design": "fwer"})
+
+
+def test_two_stage_loop_gate_certifies_what_it_keeps_within_budget():
+    setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
+    assert setup.promotion.error_design == "two_stage" and setup.certify_audits == 80
+    kept = 0
+    for run in range(3):
+        s = simulate_run(setup, Cell("calibrated", 0.5, 150), run=run)["loop_gate"]
+        assert s.used <= 150 and s.keeps <= s.decisions
+        assert (s.certified is not None) == (s.keeps > 0)  # every changed champion is certified
+        kept += s.keeps
+        if s.certified is False:
+            assert s.final_target == 0.0  # not certified: rolled back to the start
 
 
 def test_setup_uses_target_and_critical_dims_of_the_contract(setup):
@@ -186,7 +201,7 @@ def test_ending_names_the_rule_that_decided(verdict, reason, ending):
 
 
 def test_cli_by_kind_table_is_printed_and_written(capsys, tmp_path):
-    args = "--runs 2 --budgets 60 --worlds calibrated --rhos 0 --validity-reps 1 --jobs 1 --methods loop_gate"
+    args = "--runs 2 --budgets 60 --worlds calibrated --rhos 0 --validity-reps 1 --jobs 1 --methods loop_gate --certify-rounds 5"
     gates.main([*args.split(), "--by-kind", "--out", str(tmp_path)])
     assert "Where the candidate audits went" in capsys.readouterr().out
     cells = json.loads((tmp_path / "gates.json").read_text())["cells"]
