@@ -41,7 +41,8 @@ def rebuilt_rounds(records: list[ledger.Record], rc) -> dict[str, fitness.RoundS
         if r.type == "audit":
             a = parse_payload(r.type, r.payload)
             assert isinstance(a, AuditRecord)
-            audits[a.round][a.role] = a
+            if a.seed_set == "search":  # the certification's held-out rounds are not search rounds
+                audits[a.round][a.role] = a
     out: dict[str, fitness.RoundStat | None] = {}
     for label, pair in audits.items():
         if set(pair) != {"cand", "champ"}:
