@@ -413,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
 
 
-def _write(folder: Path, text: str, grid: GridResult, validity, name: str = "gates") -> None:
+def _write(folder: Path, text: str, grid: GridResult, validity: Sequence[ValidityRow], name: str = "gates") -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.md").write_text(text + "\n", encoding="utf-8")
     data = {

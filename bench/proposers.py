@@ -34,14 +34,14 @@ from typing import Any
 import numpy as np
 
 from sil.contract import prepare
-from sil.stats.fitness import paired_round
 from sil.contract.schema import LoadedContract, Promotion, load_contract
+from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
-from sil.stats.judges import ArmBudget, CoinJudge, GateJudge, Judge, JudgeState, Trial, certify, seed_count_scale
-from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.proposers import Proposal, ProposalRequest
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
 from sil.search.proposers.llm import LLMProposer
+from sil.stats.fitness import RoundStat, paired_round
+from sil.stats.judges import ArmBudget, CoinJudge, GateJudge, Judge, JudgeState, Trial, certify, seed_count_scale
 from sil_policy import SURFACES, load_surface
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
 from sil_runtime.sim.mechanisms import highlights, mechanism_field
@@ -72,7 +72,12 @@ class BenchWorld:
     """One run's world: theta, truth and audits (scores + the judge's highlights) of a policy set."""
 
     def __init__(
-        self, loaded: LoadedContract, run: int, seed_ids: list[str], rubric: dict[str, str], n_search: int | None = None
+        self,
+        loaded: LoadedContract,
+        run: int,
+        seed_ids: list[str],
+        rubric: Mapping[str, str],
+        n_search: int | None = None,
     ) -> None:
         c = loaded.contract
         # seeds [0, n_search) are the search seeds; the rest are held out (certification only)
@@ -97,7 +102,7 @@ class BenchWorld:
             self._theta[set_id] = self.params.hashed_scale * base + mech
         return self._theta[set_id]
 
-    def truth(self, docs: dict[str, dict], part: str = "search") -> np.ndarray:
+    def truth(self, docs: dict[str, dict[str, Any]], part: str = "search") -> np.ndarray:
         """True expected audit mean per dim over the search seeds, the held-out seeds, or all."""
         theta = self.theta(docs, set_id(docs))
         if part == "all":
@@ -262,7 +267,12 @@ class GateRun:
     """The gate arm of the loop on one bench world: calibrate, propose, judge, certify."""
 
     def __init__(
-        self, loaded: LoadedContract, world: BenchWorld, origin: dict[str, dict], budget: int, rule: str = "gate"
+        self,
+        loaded: LoadedContract,
+        world: BenchWorld,
+        origin: dict[str, dict[str, Any]],
+        budget: int,
+        rule: str = "gate",
     ) -> None:
         self.loaded, self.world, self.origin, self.budget, self.rule = loaded, world, origin, budget, rule
         self.promo = loaded.contract.promotion
@@ -271,7 +281,9 @@ class GateRun:
         self.used = 0
         self.audits: list[Audit] = []
 
-    def round(self, label: str, cand: dict, champ: dict, part: str = "search"):
+    def round(
+        self, label: str, cand: dict[str, dict[str, Any]], champ: dict[str, dict[str, Any]], part: str = "search"
+    ) -> RoundStat:
         a, b = self.world.pair(label, cand, champ)
         if part == "search":
             self.audits += [a, b]  # held-out audits are never shown to the proposer
@@ -379,7 +391,7 @@ class GateRun:
             **self.other_parts(champion, t),
         )
 
-    def other_parts(self, champion: dict, t: int) -> dict[str, float]:
+    def other_parts(self, champion: dict[str, dict[str, Any]], t: int) -> dict[str, float]:
         if not self.world.has_heldout:
             return {}
         w, o = self.world, self.origin
@@ -388,7 +400,7 @@ class GateRun:
             "target_all": float(w.truth(champion, "all")[t] - w.truth(o, "all")[t]),
         }
 
-    def oracle_keeps(self, cand: dict, champion: dict) -> bool:
+    def oracle_keeps(self, cand: dict[str, dict[str, Any]], champion: dict[str, dict[str, Any]]) -> bool:
         """KEEP iff the candidate truly lowers the target and leaves every critical dimension
         within its tolerance of the start: the decision a gate with no noise would make."""
         w, p = self.world, self.promo
@@ -397,7 +409,9 @@ class GateRun:
         within = all(after[w.dims.index(c)] - origin[w.dims.index(c)] <= tolerance(p, c) for c in w.critical)
         return bool(after[t] < before[t] and within)
 
-    def tried_edit(self, index: int, m: Any, verdict: str, diffs: list, shared: JudgeState) -> TriedEdit:
+    def tried_edit(
+        self, index: int, m: Any, verdict: str, diffs: list[dict[str, float | None]], shared: JudgeState
+    ) -> TriedEdit:
         return TriedEdit(
             index=index,
             mutation_id=m.mutation_id,
@@ -500,7 +514,7 @@ def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
     return out
 
 
-def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequence[str]) -> list[dict]:
+def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequence[str]) -> list[dict[str, Any]]:
     """`--arms`: the default run's three arms over --runs worlds, with their true delivered change."""
     from bench.metrics import provenance
 
@@ -588,7 +602,7 @@ def differences(per_run: list[dict[str, RunResult]], names: Sequence[str]) -> li
 CEILING = entry_name("oracle", "oracle_gate")
 
 
-def format_md(tables: dict[float, list[dict]], args: argparse.Namespace) -> str:
+def format_md(tables: dict[float, list[dict[str, Any]]], args: argparse.Namespace) -> str:
     """One table per tolerance, and each proposer x rule as a share of the ceiling."""
     out = [
         "| tolerance | proposer + rule | final true target change (± SE) | share of ceiling | P(final worse) "
@@ -609,7 +623,9 @@ def format_md(tables: dict[float, list[dict]], args: argparse.Namespace) -> str:
     return "\n".join(out) + "\n"
 
 
-def run_tolerance(args: argparse.Namespace, entries: tuple, overrides: dict) -> list[dict[str, RunResult]]:
+def run_tolerance(
+    args: argparse.Namespace, entries: tuple[Any, ...], overrides: dict[str, object]
+) -> list[dict[str, RunResult]]:
     tasks = [(str(args.contract), r, args.budget, entries, overrides) for r in range(args.runs)]
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
@@ -643,7 +659,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict]:
+def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
     from bench.gates import _overrides
 
     args = parse_args(argv)
@@ -660,7 +676,7 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
     tolerances = args.tolerances or [base.contract.promotion.harm_tolerance]
     names = [entry_name(n, r) for n, r in args.entries]
     started = time.monotonic()
-    tables: dict[float, list[dict]] = {}
+    tables: dict[float, list[dict[str, Any]]] = {}
     data: dict[str, Any] = {"runs": args.runs, "budget": args.budget, "overrides": overrides, "tolerances": {}}
     diffs = []
     for tol in tolerances:

@@ -420,6 +420,8 @@ class Contract(_Strict):
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed
             del data["measurement"]["common_random_numbers"]
+        if not self.runtime.waive_unprovable_use:  # and those written before the waiver existed
+            del data["runtime"]["waive_unprovable_use"]
         for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
             if data["promotion"][key] == Promotion.model_fields[key].default:
                 del data["promotion"][key]

@@ -83,6 +83,7 @@ class Summary(BaseModel):
     alpha_spent: float
     confirmations: int
     confirmation: Confirmation | None = None
+    canary_halt: str | None = None  # the judge-drift canary halted: no comparison in the run is trustworthy
     error_design: str = "fwer"
     alpha_search: float | None = None  # two-stage: the search stage's level per confirmation
     alpha_certify: float | None = None
@@ -197,6 +198,7 @@ def build_summary(
         alpha_spent=budget.spent,
         confirmations=budget.confirmations,
         confirmation=_confirmation(state, records, target),
+        canary_halt=canary_halt(records),
         error_design=contract.promotion.error_design,
         alpha_search=contract.promotion.alpha_search,
         alpha_certify=contract.promotion.alpha_certify,

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sil.contract.schema import ContractError, Promotion, load_contract, parse_contract
 from sil.stats.fitness import NoiseEstimate, RoundStat
 from sil.stats.gate import ErrorBudget, make_certify_gate
-from sil.contract.schema import ContractError, Promotion, load_contract, parse_contract
 
 ROOT = Path(__file__).resolve().parents[2]
 DIMS = ["t", "c1", "c2"]
