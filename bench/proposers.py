@@ -317,11 +317,7 @@ class GateRun:
     def run(self, proposer: Any, seed: int) -> RunResult:
         coin = self.rule == "coin"  # the random arm: one round, then the loop's seeded coin
         judge: Judge = CoinJudge(seed) if coin else GateJudge(self.promo)
-        shared = JudgeState.start(self.promo)
-        for i in range(self.promo.calibration_pairs):
-            shared.pool.add_aa(self.round(f"aa{i:03d}", self.origin, self.origin))
-        if coin:  # the never arm paid for these; the random arm's proposer reads them as evidence
-            self.used = 0
+        shared = self.calibrate(coin)
         calibration = self.used
         history: list[TriedEdit]
         tried: set[tuple[str, str, str]]
@@ -344,23 +340,7 @@ class GateRun:
                 break
             streak, m = 0, proposal.mutation
             cand = {**champion, m.surface: apply_mutation(m, champion, list(SURFACES))}
-            diffs: list[dict[str, float | None]]
-            trial, diffs, verdict = Trial(), [], "continue"
-            if self.rule == "oracle_gate":
-                diffs.append(self.round(f"c{index:03d}-r00", cand, champion).diff)
-                verdict = "keep" if self.oracle_keeps(cand, champion) else "revert"
-            while verdict == "continue":
-                if self.budget - self.reserve - self.used < 2:
-                    verdict = "revert"
-                    break
-                stat = self.round(f"{'coin-' if coin else ''}c{index:03d}-r{len(diffs):02d}", cand, champion)
-                diffs.append(stat.diff)
-                left = self.budget - self.reserve - self.used
-                budget = ArmBudget(audits_left=left, audits_spent=self.used - calibration)
-                trial, outcome = judge.judge(trial, stat, shared, budget, index)
-                verdict = outcome.verdict
-            if self.rule != "oracle_gate":
-                shared = judge.close(trial, verdict, shared)
+            diffs, verdict, shared = self.decide(judge, shared, cand, champion, index, calibration)
             decisions += 1
             tried.add(m.edit_key)
             history.append(self.tried_edit(index, m, verdict, diffs, shared))
@@ -390,6 +370,45 @@ class GateRun:
             false_keeps=false_keeps,
             **self.other_parts(champion, t),
         )
+
+    def calibrate(self, coin: bool) -> JudgeState:
+        """The noise floor from A/A pairs, as the never arm measures it."""
+        shared = JudgeState.start(self.promo)
+        for i in range(self.promo.calibration_pairs):
+            shared.pool.add_aa(self.round(f"aa{i:03d}", self.origin, self.origin))
+        if coin:  # the never arm paid for these; the random arm's proposer reads them as evidence
+            self.used = 0
+        return shared
+
+    def decide(
+        self,
+        judge: Judge,
+        shared: JudgeState,
+        cand: dict[str, dict[str, Any]],
+        champion: dict[str, dict[str, Any]],
+        index: int,
+        calibration: int,
+    ) -> tuple[list[dict[str, float | None]], str, JudgeState]:
+        """One candidate's paired rounds until the rule decides: its differences, verdict, new state."""
+        coin = self.rule == "coin"
+        diffs: list[dict[str, float | None]] = []
+        trial, verdict = Trial(), "continue"
+        if self.rule == "oracle_gate":
+            diffs.append(self.round(f"c{index:03d}-r00", cand, champion).diff)
+            verdict = "keep" if self.oracle_keeps(cand, champion) else "revert"
+        while verdict == "continue":
+            if self.budget - self.reserve - self.used < 2:
+                verdict = "revert"
+                break
+            stat = self.round(f"{'coin-' if coin else ''}c{index:03d}-r{len(diffs):02d}", cand, champion)
+            diffs.append(stat.diff)
+            left = self.budget - self.reserve - self.used
+            budget = ArmBudget(audits_left=left, audits_spent=self.used - calibration)
+            trial, outcome = judge.judge(trial, stat, shared, budget, index)
+            verdict = outcome.verdict
+        if self.rule != "oracle_gate":
+            shared = judge.close(trial, verdict, shared)
+        return diffs, verdict, shared
 
     def other_parts(self, champion: dict[str, dict[str, Any]], t: int) -> dict[str, float]:
         if not self.world.has_heldout:

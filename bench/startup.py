@@ -74,6 +74,7 @@ def main() -> None:
         + (f" --baseline {args.baseline}`" if args.baseline else "`"),
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         f"- commit: {commit.stdout.strip() or 'unknown'}",
+        f"- runs: {args.repeat} per command",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
         "",

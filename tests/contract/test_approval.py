@@ -192,6 +192,8 @@ def _candidates(value: Any) -> list[Any]:
             "ray",
             "mutated",
             "search",
+            "fwer",
+            "two_stage",
         ]
     if isinstance(value, list):
         return [value[:-1], value[::-1], [*value, "admirable"], [*value, "auditor_failure"]]

@@ -42,13 +42,13 @@ def test_revise_names_the_parent_and_supersedes_it(workspace: Path) -> None:
 def test_a_second_revision_chains_and_the_old_file_cannot_be_revised_again(workspace: Path) -> None:
     old_text = (workspace / "program.md").read_text()
     revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 400", "max_audits: 300"), "one")
-    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 300", "max_audits: 250"), "two")
+    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 300", "max_audits: 280"), "two")
     chain = ContractHistory(workspace).chain(load_contract(workspace / "program.md").contract.contract_hash)
     assert [e.reason for e in chain] == ["two", "one", None]
     stale = workspace / "stale.md"
     stale.write_text(old_text)
     with pytest.raises(LineageError, match="already superseded"):
-        revise(workspace, stale, draft(workspace, "max_audits: 250", "max_audits: 260"), "fork")
+        revise(workspace, stale, draft(workspace, "max_audits: 280", "max_audits: 290"), "fork")
 
 
 def test_a_made_up_parent_is_refused(workspace: Path) -> None:

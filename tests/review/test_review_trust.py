@@ -80,7 +80,7 @@ def test_1_every_view_reads_a_demoted_champion_alike(copy_of) -> None:  # noqa: 
     html = (report / "report.html").read_text()
     assert "rolled back to the starting policy" in html and "1 (1 demoted)" in html
     runs = json.loads(invoke("runs", "--json").output)[0]
-    assert runs["demoted"] == {arm: 1}
+    assert runs["demoted"][arm] == 1  # (the gate arm may also show a champion rolled back at certification)
     status = invoke("status", RUN).output
     assert f"{arm} champion" in status and "rolled back to the starting policy" in status
     promote = invoke("promote", RUN, "--arm", arm, "--force")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import re
 from pathlib import Path
 
@@ -121,6 +122,23 @@ def test_measurement_change_mid_run_halts(small: Path) -> None:
     assert records(runner)[-1].type == "halt"
 
 
+def edit_first_text(doc: object) -> str:
+    """The document with its first string value changed, as JSON."""
+
+    def walk(node: object) -> bool:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+        for key, value in items:
+            if isinstance(value, str):
+                node[key] = value + " (edited by hand)"  # type: ignore[index]
+                return True
+            if walk(value):
+                return True
+        return False
+
+    assert walk(doc)
+    return json.dumps(doc, indent=2)
+
+
 def test_hand_edited_working_policy_halts_and_is_kept(small: Path) -> None:
     edited = {}
 
@@ -128,7 +146,7 @@ def test_hand_edited_working_policy_halts_and_is_kept(small: Path) -> None:
         if "random: candidate 0" in line and not edited:
             surface = line.split()[-1].split(".")[0]
             path = small / "state" / "runs" / "r1" / "arms" / "random" / "policies" / f"{surface}.json"
-            path.write_bytes(path.read_bytes() + b" ")
+            path.write_text(edit_first_text(json.loads(path.read_text())))  # a change of meaning, not format
             edited["path"], edited["bytes"] = path, path.read_bytes()
 
     runner = run_loop(small, on_event=tamper)
