@@ -6,6 +6,9 @@ one, every launch is logged in `<audit_dir>/attempts`, one JSON line per event:
 
     {"event": "launch", "attempt": n, "t": <unix time>}    loop, fsynced, before the process starts
     {"event": "start", "attempt": n, "pid": <pid>}          wrapper, first thing it does
+    {"event": "start", "attempt": n, "pid": <pid>, "ticks": <start time>}
+                                                            warm worker (sil/exec/zygote.py), before
+                                                            its forked audit may begin
     {"event": "exit", "attempt": n, "rc": <status>}         wrapper, after the audit exits
     {"event": "kill", "attempt": n, "reason": "timeout"}    loop, before it kills the group
     {"event": "kill", "attempt": n, "reason": "disk"}       loop: it failed because of the disk
@@ -66,6 +69,7 @@ class AttemptStatus(BaseModel):
     launches: int = 0
     executions: int = 0  # attempts that ran to an exit status
     pid: int | None = None
+    ticks: int | None = None  # start time of a warm worker's audit process (sil/exec/zygote.py), else None
     rc: int | None = None
     launched_at: float | None = None
     wall_s: float | None = None
@@ -85,6 +89,16 @@ def log_launch(audit_dir: Path, attempt: int) -> None:
         if data and not data.endswith(b"\n"):
             os.truncate(path, data.rfind(b"\n") + 1)
     _append(path, {"event": "launch", "attempt": attempt, "t": round(time.time(), 3)})
+
+
+def log_start(audit_dir: Path, attempt: int, pid: int, ticks: int) -> None:
+    """A warm worker's forked audit: its pid and start time, logged before it may begin."""
+    _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "start", "attempt": attempt, "pid": pid, "ticks": ticks})
+
+
+def log_exit(audit_dir: Path, attempt: int, rc: int) -> None:
+    """A forked audit's exit status, logged by the audit process itself as its last act."""
+    _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "exit", "attempt": attempt, "rc": rc})
 
 
 def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrupted", "disk"]) -> None:
@@ -139,6 +153,7 @@ def read_status(audit_dir: Path) -> AttemptStatus:
         launched_at=launches[-1].get("t"),
         executions=sum(1 for e in events if e["event"] == "exit"),
         pid=mine.get("start", {}).get("pid"),
+        ticks=mine.get("start", {}).get("ticks"),
     )
     kill = mine.get("kill")
     if kill is not None and kill.get("reason") == "timeout":
@@ -157,9 +172,13 @@ def read_status(audit_dir: Path) -> AttemptStatus:
             **base,
             detail=f"attempt {n} exited with status {rc}",
         )
-    alive = _live_pids(audit_dir, base["pid"])
+    alive = _live_pids(audit_dir, base["pid"], base["ticks"])
     if alive is None:  # no /proc and no pid yet: give the wrapper a moment to log one
         return _await_pid(audit_dir, base)
+    if not alive and _logged_exit(audit_dir, n):
+        # It exited between our read of the log and the process scan (the wrapper logs its exit
+        # before it dies, so a log read after the scan is conclusive): read it again, never "died".
+        return read_status(audit_dir)
     if alive and kill is None:
         return AttemptStatus(state="running", **base, detail=f"attempt {n} is still running (pids {alive})")
     if alive:
@@ -168,6 +187,14 @@ def read_status(audit_dir: Path) -> AttemptStatus:
         )
     why = "was interrupted" if kill else ("never started" if base["pid"] is None else "died without an exit status")
     return AttemptStatus(state="died", **base, detail=f"attempt {n} {why}")
+
+
+def _logged_exit(audit_dir: Path, attempt: int) -> bool:
+    """Whether the log now holds attempt `attempt`'s exit (an unreadable log: let a fresh read say so)."""
+    try:
+        return any(e["event"] == "exit" and e["attempt"] == attempt for e in read_events(audit_dir))
+    except AuditStateUnknown:
+        return True
 
 
 def await_attempt(audit_dir: Path, timeout_s: float) -> AttemptStatus:
@@ -197,12 +224,12 @@ def _kill_overdue(audit_dir: Path, status: AttemptStatus) -> AttemptStatus:
     """Kill an attempt past its timeout, as the loop would have had it been alive."""
     log_kill(audit_dir, status.attempt, "timeout")
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _live_pids(audit_dir, status.pid) or []:
+        for pid in _live_pids(audit_dir, status.pid, status.ticks) or []:
             try:
                 os.killpg(os.getpgid(pid), sig)
             except (ProcessLookupError, PermissionError):
                 pass
-        if _wait_gone(audit_dir, status.pid, KILL_GRACE_S):
+        if _wait_gone(audit_dir, status.pid, status.ticks, KILL_GRACE_S):
             return read_status(audit_dir)
     raise AuditStateUnknown(
         f"{audit_dir.name}: attempt {status.attempt} is still alive after SIGKILL "
@@ -210,9 +237,9 @@ def _kill_overdue(audit_dir: Path, status: AttemptStatus) -> AttemptStatus:
     )
 
 
-def _wait_gone(audit_dir: Path, pid: int | None, seconds: float) -> bool:
+def _wait_gone(audit_dir: Path, pid: int | None, ticks: int | None, seconds: float) -> bool:
     end = time.monotonic() + seconds
-    while _live_pids(audit_dir, pid):
+    while _live_pids(audit_dir, pid, ticks):
         if time.monotonic() >= end:
             return False
         time.sleep(POLL_S)
@@ -232,28 +259,18 @@ def _await_pid(audit_dir: Path, base: dict[str, Any]) -> AttemptStatus:
     return AttemptStatus(state="died", **base, detail=f"attempt {attempt} never started")
 
 
-def _live_pids(audit_dir: Path, pid: int | None) -> list[int] | None:
+def _live_pids(audit_dir: Path, pid: int | None, ticks: int | None = None) -> list[int] | None:
     """Live processes of this audit, else None when that cannot be checked.
 
     On Linux: every process started with this audit's `SIL_AUDIT_DIR` (the wrapper and all it
-    spawned; an operator's shell sitting in the directory is not one). Elsewhere: the logged
-    process group, if it still exists.
+    spawned; an operator's shell sitting in the directory is not one), plus, for an audit a warm
+    worker forked (`ticks` logged: its environment block is the worker's), the live members of
+    its process group. Elsewhere: the logged process group, if it still exists.
     """
     if PROC.is_dir():
-        target = os.path.realpath(audit_dir)
-        prefix = f"{AUDIT_DIR_ENV}=".encode()
-        found = []
-        for entry in PROC.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                env = (entry / "environ").read_bytes()  # empty for a zombie
-            except OSError:  # gone, or another user's process
-                continue
-            for item in env.split(b"\0"):
-                if item.startswith(prefix) and os.path.realpath(os.fsdecode(item[len(prefix) :])) == target:
-                    found.append(int(entry.name))
-                    break
+        found = _environ_pids(audit_dir)
+        if pid is not None and ticks is not None:
+            found = sorted(set(found) | set(_group_pids(pid, ticks)))
         return found
     if pid is None:
         return None
@@ -261,6 +278,58 @@ def _live_pids(audit_dir: Path, pid: int | None) -> list[int] | None:
         return [pid] if os.getpgid(pid) == pid else []
     except ProcessLookupError:
         return []
+
+
+def attempt_alive(audit_dir: Path, pid: int | None, ticks: int | None) -> bool | None:
+    """Whether any process of this audit (attempt with this pid and start time) still runs; None: cannot tell."""
+    alive = _live_pids(audit_dir, pid, ticks)
+    return None if alive is None else bool(alive)
+
+
+def _environ_pids(audit_dir: Path) -> list[int]:
+    target = os.path.realpath(audit_dir)
+    prefix = f"{AUDIT_DIR_ENV}=".encode()
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()  # empty for a zombie
+        except OSError:  # gone, or another user's process
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(prefix) and os.path.realpath(os.fsdecode(item[len(prefix) :])) == target:
+                found.append(int(entry.name))
+                break
+    return found
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, process group, start time in clock ticks) of a process, from /proc; None if gone."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
+    return fields[0], int(fields[2]), int(fields[19])
+
+
+def _group_pids(leader: int, ticks: int) -> list[int]:
+    """Live (non-zombie) members of the process group a forked audit leads.
+
+    A pid is not reused while its process group has members, so a leader pid that now belongs
+    to a process with another start time means the audit's whole group is gone.
+    """
+    stat = proc_stat(leader)
+    if stat is not None and stat[2] != ticks:
+        return []
+    if stat is not None and stat[0] != "Z":
+        return [leader]  # enough to know it runs, and to kill its group
+    members = []
+    for entry in PROC.iterdir():
+        if entry.name.isdigit() and (info := proc_stat(int(entry.name))) and info[1] == leader and info[0] != "Z":
+            members.append(int(entry.name))
+    return members
 
 
 def _mtime(path: Path) -> float:

@@ -93,6 +93,25 @@ def test_running_audit_is_awaited_then_scored(ctx, req) -> None:
     proc.wait()
 
 
+def test_an_audit_that_exits_during_the_process_scan_is_finished_not_died(ctx, req, monkeypatch) -> None:
+    # The cause of a flaky failure under load: the log was read (no exit yet), then the audit
+    # logged its exit and ended before the process scan reached it, so it was judged "died",
+    # set aside, and launched again (a paid audit would run twice).
+    proc = orphan(req, ctx, "import time; time.sleep(0.3)\n" + evidence_script(ctx, req.policy_hashes))
+    scan = attempts._live_pids
+
+    def slow_scan(*args):
+        proc.wait()  # the audit finishes while the loop is still scanning the process table
+        return scan(*args)
+
+    monkeypatch.setattr(attempts, "_live_pids", slow_scan)
+    status = attempts.read_status(req.audit_dir)
+    assert status.state == "finished" and status.rc == 0, status.detail
+    monkeypatch.undo()
+    assert run_audit(req, ctx, ScriptBackend("raise SystemExit('must not be launched')")).ok
+    assert counts(req.audit_dir) == (1, 1)
+
+
 def test_overdue_running_audit_is_killed_as_a_timeout(ctx, req) -> None:
     short = with_timeout(ctx, 1.0)
     proc = orphan(req, short, "import time; time.sleep(60)", launched_ago=0.5)
