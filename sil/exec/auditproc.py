@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Protocol
 
 from sil.exec import attempts
 
@@ -32,7 +33,15 @@ def timeout_reason(timeout: float) -> str:
     return f"audit timed out after {timeout:g}s; its process group was killed"
 
 
-def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> subprocess.Popen[bytes]:
+class AuditProcess(Protocol):
+    """A started audit: a `subprocess.Popen`, or a warm worker's forked audit (sil/exec/zygote.py)."""
+
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> subprocess.Popen:
     """Start attempt `attempt` of the audit command, wrapped, in a new session (process group)."""
     with open(audit_dir / STDOUT_LOG, "wb") as out, open(audit_dir / STDERR_LOG, "wb") as err:
         return subprocess.Popen(
@@ -46,10 +55,12 @@ def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) ->
         )
 
 
-def finish(proc: subprocess.Popen[bytes], audit_dir: Path, attempt: int, timeout: float) -> int:
+def finish(proc: AuditProcess, audit_dir: Path, attempt: int, timeout: float) -> int:
     """The audit's exit status; past `timeout` (or when interrupted) its group is logged and killed."""
     try:
         return proc.wait(timeout=timeout)
+    except WorkerLost:
+        raise  # its process is gone already (a forked audit whose worker died): nothing to kill
     except subprocess.TimeoutExpired:
         attempts.log_kill(audit_dir, attempt, "timeout")
         kill_group(proc)
@@ -60,7 +71,7 @@ def finish(proc: subprocess.Popen[bytes], audit_dir: Path, attempt: int, timeout
         raise
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: AuditProcess) -> None:
     """SIGTERM the audit's process group, then SIGKILL after a grace period, and reap it."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -36,14 +36,14 @@ from typing import Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sil.base.diskspace import DiskFull, mentions_disk_error
-from sil.base.faults import crashpoint
+from sil.stats import fitness
 from sil.contract import prepare
-from sil.contract.schema import Contract
-from sil.exec import attempts, auditproc
+from sil.exec import attempts, auditproc, zygote
 from sil.exec.attempts import AuditStateUnknown
 from sil.exec.auditproc import AuditTimedOut, WorkerLost
-from sil.stats import fitness
+from sil.contract.schema import Contract
+from sil.base.diskspace import DiskFull, mentions_disk_error
+from sil.base.faults import crashpoint
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
 from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS
@@ -196,7 +196,7 @@ def read_evidence_file(path: Path) -> Evidence:
 
 def audit_env(req: AuditRequest, ctx: MeasureContext, policy_copies: dict[str, Path]) -> dict[str, str]:
     """The audit's whole environment: allowlisted basics, named credentials, policy overrides."""
-    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+    env = base_env()
     for role in ("auditor", "target", "judge"):
         name = getattr(ctx.contract.models, role).credential_env
         if name and name in os.environ:
@@ -242,24 +242,46 @@ class ProcessRunner(Protocol):
 
 
 class LocalRunner:
-    """The audit process as a child of this process (the `local` executor)."""
+    """The audit process on this machine (the `local` executor): a child of this process, or
+    forked by the warm worker (sil/exec/zygote.py) when one serves the command."""
+
+    def __init__(self, warm: zygote.Zygote | None = None) -> None:
+        self.warm = warm
 
     def run(
         self, cmd: list[str], audit_dir: Path, env: dict[str, str], timeout: float, attempt: int, files: dict[str, str]
     ) -> int:
         attempts.log_launch(audit_dir, attempt)
-        proc = auditproc.start(cmd, audit_dir, env, attempt)
+        proc = self._start(cmd, audit_dir, env, attempt)
         crashpoint("audit.running")
         return auditproc.finish(proc, audit_dir, attempt, timeout)
 
+    def _start(self, cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> auditproc.AuditProcess:
+        if self.warm is not None and self.warm.serves(cmd):
+            try:
+                return self.warm.spawn(cmd, audit_dir, env, attempt)
+            except zygote.ZygoteUnavailable:
+                pass  # nothing was forked: the same attempt as a plain subprocess
+        return auditproc.start(cmd, audit_dir, env, attempt)
 
-def runner_for(ctx: MeasureContext, audits_dir: Path) -> ProcessRunner:
-    """The contract's executor for a run's audits (Ray is imported only when it is chosen)."""
+
+def base_env() -> dict[str, str]:
+    """The allowlisted basics of this process's environment (what every audit starts from)."""
+    return {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+
+
+def runner_for(ctx: MeasureContext, audits_dir: Path, backend: AuditBackend | None = None) -> ProcessRunner:
+    """The contract's executor for a run's audits (Ray is imported only when it is chosen).
+
+    A local run whose backend names a `warm_module` (the simulated runtime) forks its audits
+    from a warm worker when one can start, else runs each as a plain subprocess.
+    """
     if ctx.contract.executor.kind == "ray":
         from sil.exec import rayexec
 
         return rayexec.runner_for(ctx.contract, audits_dir, ctx.measurement_root)
-    return LocalRunner()
+    module = getattr(backend, "warm_module", None)
+    return LocalRunner(zygote.shared((module,), base_env()) if module else None)
 
 
 def settle(ctx: MeasureContext, audits: list[tuple[str, Path]]) -> list[str]:
@@ -454,7 +476,7 @@ def run_audits(requests: list[AuditRequest], ctx: MeasureContext, backend: Audit
     _verify_measurement(ctx, expected, "before")
     if not requests:
         return []
-    runner = runner_for(ctx, requests[0].audit_dir.parent)
+    runner = runner_for(ctx, requests[0].audit_dir.parent, backend)
     with ThreadPoolExecutor(max_workers=ctx.contract.audits_in_flight()) as pool:
         futures = [pool.submit(run_audit, r, ctx, backend, runner) for r in requests]
         wait(futures)

@@ -21,6 +21,8 @@ class SimBackend:
     name = "sim"
     simulated = True
     note = SIM_NOTE
+    # `python -m sil_runtime.sim` is forked from a warm worker that has imported it (sil/exec/zygote.py)
+    warm_module = "sil_runtime.sim"
 
     def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
         params = req.audit_dir / "sim_params.json"
