@@ -93,23 +93,26 @@ def log_launch(audit_dir: Path, attempt: int) -> None:
 
 def log_start(audit_dir: Path, attempt: int, pid: int, ticks: int) -> None:
     """A warm worker's forked audit: its pid and start time, logged before it may begin."""
-    _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "start", "attempt": attempt, "pid": pid, "ticks": ticks})
+    _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "start", "attempt": attempt, "pid": pid, "ticks": ticks}, False)
 
 
 def log_exit(audit_dir: Path, attempt: int, rc: int) -> None:
     """A forked audit's exit status, logged by the audit process itself as its last act."""
-    _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "exit", "attempt": attempt, "rc": rc})
+    _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "exit", "attempt": attempt, "rc": rc}, False)
 
 
 def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrupted", "disk"]) -> None:
     _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "kill", "attempt": attempt, "reason": reason})
 
 
-def _append(path: Path, event: dict[str, Any]) -> None:
+def _append(path: Path, event: dict, durable: bool = True) -> None:
+    """Append one event; `durable=False` (start, exit) as the wrapper's plain append: a lost line
+    after a power cut reads as an attempt that died, which is re-run."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, (json.dumps(event, sort_keys=True) + "\n").encode())
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -278,9 +278,11 @@ def serve(modules: list[str]) -> int:
     out = os.fdopen(replies, "wb", buffering=0)
     try:
         for name in modules:
+            main = name
             if hasattr(importlib.import_module(name), "__path__"):  # `-m package` runs package.__main__
-                importlib.import_module(f"{name}.__main__")  # for what it imports; runpy runs it afresh
-                del sys.modules[f"{name}.__main__"]
+                main = f"{name}.__main__"
+                importlib.import_module(main)
+            del sys.modules[main]  # imported for what it imports; runpy runs it afresh as __main__
     except BaseException as ex:  # an import error of any kind: the loop falls back to subprocesses
         _reply(out, {"error": f"{type(ex).__name__}: {ex}"})
         return 1
@@ -316,7 +318,7 @@ def _handle(req: dict[str, Any], modules: set[str], children: dict[int, int], in
     try:
         pid, ticks = _fork(req, inherited)
     except OSError as ex:
-        _reply(out, {"id": req["id"], "error": f"cannot fork the audit: {ex}"})
+        _reply(out, {"id": req["id"], "error": f"the audit did not start: {ex}"})
         return
     children[pid] = req["id"]
     _reply(out, {"id": req["id"], "pid": pid, "ticks": ticks})
