@@ -23,7 +23,7 @@ from tests.cli.test_cli import make_workspace
 from tests.conftest import REPO
 
 runner = CliRunner()
-FAST_S = 5.0
+FAST_S = 30.0  # a hang never ends; a loaded machine may take seconds where an idle one takes less than one
 
 
 def invoke(*args: str):
@@ -65,10 +65,10 @@ def test_yaml_alias_bomb_is_refused_fast() -> None:
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
     text = "---\n" + "\n".join(lines) + "\n---\nbody\n"
     assert len(text) < 1500
-    start = time.monotonic()
+    start = time.process_time()  # CPU-bound: not the machine's load
     with pytest.raises(ContractError, match="expands to more than"):
         parse_contract(text)
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_yaml_self_reference_is_refused() -> None:
@@ -103,10 +103,10 @@ def test_directory_as_policy_file_is_refused(workspace) -> None:
 
 def test_deeply_nested_policy_json_is_a_policy_error() -> None:
     data = b"[" * 200_000 + b"]" * 200_000
-    start = time.monotonic()
+    start = time.process_time()  # CPU-bound: not the machine's load
     with pytest.raises(PolicyError, match="nests arrays/objects"):
         parse_surface("tool_policy", data)
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
     with pytest.raises(PolicyError, match="not valid JSON"):  # brackets inside strings do not count
         parse_surface("tool_policy", b'{"x": "' + b"[" * 1000 + b'"')
 

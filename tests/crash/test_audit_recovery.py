@@ -61,6 +61,14 @@ def orphan(req: AuditRequest, ctx: MeasureContext, source: str, launched_ago: fl
     )
 
 
+def wait_for(condition, seconds: float = 60.0) -> None:
+    """Wait until `condition()` holds (a loaded machine may be slow, never this slow)."""
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.02)
+
+
 def counts(audit_dir: Path) -> tuple[int, int]:
     status = attempts.read_status(audit_dir)
     return status.launches, status.executions
@@ -128,7 +136,7 @@ def test_dead_unfinished_audit_is_set_aside_and_rerun(ctx, req) -> None:
         ctx,
         "import os, time\nopen(os.environ['SIL_AUDIT_DIR'] + '/evidence.json', 'w').write('{\"torn')\ntime.sleep(60)",
     )
-    time.sleep(0.5)
+    wait_for(lambda: (req.audit_dir / "evidence.json").exists())  # it has begun writing
     os.killpg(proc.pid, 9)  # the machine lost it: no exit status was logged
     proc.wait()
     status = attempts.await_attempt(req.audit_dir, 30)  # until the killed group is gone

@@ -138,17 +138,23 @@ def test_timeout_kills_the_whole_process_group(ctx, request_for, tmp_path) -> No
     short = replace(
         ctx,
         contract=ctx.contract.model_copy(
-            update={"measurement": ctx.contract.measurement.model_copy(update={"audit_timeout_s": 1.5})}
+            update={"measurement": ctx.contract.measurement.model_copy(update={"audit_timeout_s": 3.0})}
         ),
     )
     start = time.monotonic()
     res = run_audit(request_for("t"), short, ScriptBackend(src))
     assert res.status == "gap" and "timed out" in res.gap_reason
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30  # the timeout plus the kill grace, on a loaded machine
     child = int(marker.read_text())
-    time.sleep(0.2)
-    alive = subprocess.run(["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True).stdout.strip()
-    assert alive == "" or alive.startswith("Z"), f"child {child} survived: {alive}"
+    end = time.monotonic() + 10
+    while (
+        alive := subprocess.run(["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True)
+    ).stdout.strip():
+        if alive.stdout.strip().startswith("Z") or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    state = alive.stdout.strip()
+    assert state == "" or state.startswith("Z"), f"child {child} survived: {state}"
 
 
 def test_environment_is_allowlisted(ctx, request_for, monkeypatch) -> None:
