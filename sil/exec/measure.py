@@ -16,7 +16,9 @@ out, dead without finishing (re-run it), or unknown (halt: the loop cannot tell)
 
 The process starts through the contract's executor (`runner_for`): as a child of this process
 (`local`), or inside a Ray actor on a cluster node (`ray`, sil/exec/rayexec.py); both run the same
-wrapped command (sil/exec/auditproc.py), and everything above and below that step is shared.
+wrapped command (sil/exec/auditproc.py), and everything above and below that step is shared. A local
+simulated audit is forked from a warm worker that has imported the simulator (sil/exec/zygote.py):
+the same process, environment, session, timeout and attempts log, without the start-up cost.
 
     results = run_audits([AuditRequest(...), ...], MeasureContext.from_contract(contract, root))
 """
