@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from sil.base.faults import CRASH_ENV, CRASH_POINTS
-from sil.exec import attempts
 from sil.integrity import ledger
-from sil.integrity.records import Keys
+from sil.exec import attempts, zygote
+from sil.base.faults import CRASH_ENV, CRASH_POINTS
 from sil.integrity.verify import verify_run_ledger
 from sil.store.policyrefs import candidate_ref, champion_ref
+from sil.integrity.records import Keys
 from sil.store.runstate import RunState
 from tests.conftest import REPO, edit_contract
 
@@ -101,10 +101,12 @@ def user_git_view(root: Path) -> dict[str, str]:
     }
 
 
-def run_sil(root: Path, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_sil(root: Path, crash: str | None = None, cold: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV and not k.startswith("SIL_SIGN")}
     if crash:
         env[CRASH_ENV] = crash
+    if cold:  # plain-subprocess audits (~1 s of start-up each): still running when the kill lands
+        env[zygote.DISABLE_ENV] = "0"
     return subprocess.run([str(SIL), "run"], cwd=root, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
@@ -126,7 +128,7 @@ def kill_orphan_audits(root: Path) -> int:
 
 
 def kill_at(root: Path, point: str, k: int, lose_audits: bool = False) -> None:
-    proc = run_sil(root, f"{point}:{k}")
+    proc = run_sil(root, f"{point}:{k}", cold=lose_audits)
     assert proc.returncode == -signal.SIGKILL, (
         f"{point}:{k} was not reached (exit {proc.returncode}): {proc.stderr[-800:]}"
     )

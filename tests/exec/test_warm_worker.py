@@ -173,6 +173,26 @@ def test_a_running_forked_audit_is_awaited_on_resume_not_run_twice(workspace, ct
     assert (status.launches, status.executions) == (1, 1)
 
 
+def test_a_forked_audit_lost_with_the_machine_is_rerun_once(workspace, ctx) -> None:
+    slow = with_sim(ctx, seconds_per_audit=30.0)
+    worker = zygote.Zygote((SimBackend.warm_module,), measure.base_env())
+    req = request(workspace, "a1")
+    measure.prepare_audit_dir(req)
+    copies = measure._copy_policies(req)
+    attempts.log_launch(req.audit_dir, 1)
+    proc = worker.spawn(SimBackend().command(req, slow), req.audit_dir, measure.audit_env(req, slow, copies), 1)
+    worker.kill()
+    os.killpg(proc.pid, 9)  # the machine lost the audit too: no exit status
+    end = time.monotonic() + 30
+    while attempts.read_status(req.audit_dir).state == "running":
+        assert time.monotonic() < end
+        time.sleep(0.05)
+    assert attempts.read_status(req.audit_dir).state == "died"
+    assert run_audit(req, ctx, SimBackend(), LocalRunner()).ok  # resumed, at the normal speed
+    status = attempts.read_status(req.audit_dir)
+    assert (status.launches, status.executions) == (2, 1)
+
+
 def test_without_a_worker_audits_run_as_plain_subprocesses(workspace, ctx, monkeypatch) -> None:
     with pytest.raises(zygote.ZygoteUnavailable, match="ModuleNotFoundError"):
         zygote.Zygote(("no_such_module_for_sil",), measure.base_env())
