@@ -256,6 +256,16 @@ def shared(modules: tuple[str, ...], env: dict[str, str]) -> Zygote | None:
         return worker
 
 
+def _forget_after_fork() -> None:
+    """In a forked copy of the loop: the inherited workers answer the parent, never this process."""
+    global _SHARED_LOCK
+    _SHARED.clear()
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 @atexit.register
 def close_all() -> None:
     with _SHARED_LOCK:

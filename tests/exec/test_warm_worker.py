@@ -219,3 +219,19 @@ def test_the_worker_exits_when_its_loop_is_gone(tmp_path) -> None:
     while (stat := attempts.proc_stat(pid)) is not None and stat[0] != "Z":
         assert time.monotonic() < end, "the worker outlived its loop"
         time.sleep(0.05)
+
+
+def test_a_forked_copy_of_the_loop_starts_its_own_worker() -> None:
+    import multiprocessing
+
+    parent = zygote.shared((SimBackend.warm_module,), measure.base_env())
+    assert parent is not None
+
+    def child() -> None:  # the parent's worker answers the parent's reader, never this process
+        mine = zygote.shared((SimBackend.warm_module,), measure.base_env())
+        os._exit(0 if mine is not None and mine is not parent else 5)
+
+    proc = multiprocessing.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
