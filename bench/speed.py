@@ -73,10 +73,9 @@ def workspace(root: Path) -> Path:
 
 def audit_overhead(n: int, figures: list[Figure]) -> None:
     """Per-audit loop overhead, warm worker vs plain subprocess, alternating under the same load."""
-    from sil.exec import measure
-    from sil.exec import zygote
-    from sil.exec.backends.sim import SimBackend
     from sil.contract.schema import load_contract
+    from sil.exec import measure, zygote
+    from sil.exec.backends.sim import SimBackend
     from sil.policies.store import PolicyStore
 
     before = load()

@@ -105,7 +105,7 @@ def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrup
     _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "kill", "attempt": attempt, "reason": reason})
 
 
-def _append(path: Path, event: dict, durable: bool = True) -> None:
+def _append(path: Path, event: dict[str, Any], durable: bool = True) -> None:
     """Append one event; `durable=False` (start, exit) as the wrapper's plain append: a lost line
     after a power cut reads as an attempt that died, which is re-run."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -41,7 +41,7 @@ class AuditProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
-def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> subprocess.Popen:
+def start(cmd: list[str], audit_dir: Path, env: dict[str, str], attempt: int) -> subprocess.Popen[bytes]:
     """Start attempt `attempt` of the audit command, wrapped, in a new session (process group)."""
     with open(audit_dir / STDOUT_LOG, "wb") as out, open(audit_dir / STDERR_LOG, "wb") as err:
         return subprocess.Popen(

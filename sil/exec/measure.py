@@ -38,14 +38,14 @@ from typing import Literal, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sil.stats import fitness
+from sil.base.diskspace import DiskFull, mentions_disk_error
+from sil.base.faults import crashpoint
 from sil.contract import prepare
+from sil.contract.schema import Contract
 from sil.exec import attempts, auditproc, zygote
 from sil.exec.attempts import AuditStateUnknown
 from sil.exec.auditproc import AuditTimedOut, WorkerLost
-from sil.contract.schema import Contract
-from sil.base.diskspace import DiskFull, mentions_disk_error
-from sil.base.faults import crashpoint
+from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
 from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS

@@ -320,7 +320,7 @@ def serve(modules: list[str]) -> int:
                 _handle(json.loads(line), set(modules), children, inherited, out)
 
 
-def _handle(req: dict[str, Any], modules: set[str], children: dict[int, int], inherited: tuple, out: IO) -> None:
+def _handle(req: dict[str, Any], modules: set[str], children: dict[int, int], inherited: tuple[int, ...], out: IO[bytes]) -> None:
     argv = req["argv"]
     if len(argv) < 3 or argv[:2] != [sys.executable, "-m"] or argv[2] not in modules:
         _reply(out, {"id": req["id"], "error": f"not a preloaded module command: {argv[:3]}"})
@@ -334,7 +334,7 @@ def _handle(req: dict[str, Any], modules: set[str], children: dict[int, int], in
     _reply(out, {"id": req["id"], "pid": pid, "ticks": ticks})
 
 
-def _fork(req: dict[str, Any], inherited: tuple) -> tuple[int, int]:
+def _fork(req: dict[str, Any], inherited: tuple[int, ...]) -> tuple[int, int]:
     """Fork the audit and log its start; the child begins only once its start is in the log."""
     up_r, up_w = os.pipe()
     go_r, go_w = os.pipe()
@@ -359,7 +359,7 @@ def _fork(req: dict[str, Any], inherited: tuple) -> tuple[int, int]:
         os.close(go_w)  # without the "g" the child exits at once, without running anything
 
 
-def _child(req: dict[str, Any], up_w: int, go_r: int, inherited: tuple) -> None:
+def _child(req: dict[str, Any], up_w: int, go_r: int, inherited: tuple[int, ...]) -> None:
     """In the forked child: become the audit process, run it, log its exit; never returns."""
     rc = 1
     try:
@@ -426,7 +426,7 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _reap(children: dict[int, int], out: IO) -> None:
+def _reap(children: dict[int, int], out: IO[bytes]) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -446,7 +446,7 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _reply(out: IO, msg: dict[str, Any]) -> None:
+def _reply(out: IO[bytes], msg: dict[str, Any]) -> None:
     try:
         out.write(json.dumps(msg).encode() + b"\n")
     except BrokenPipeError:

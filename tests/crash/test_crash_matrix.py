@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from sil.integrity import ledger
-from sil.exec import attempts, zygote
 from sil.base.faults import CRASH_ENV, CRASH_POINTS
+from sil.exec import attempts, zygote
+from sil.integrity import ledger
+from sil.integrity.records import Keys
 from sil.integrity.verify import verify_run_ledger
 from sil.store.policyrefs import candidate_ref, champion_ref
-from sil.integrity.records import Keys
 from sil.store.runstate import RunState
 from tests.conftest import REPO, edit_contract
 

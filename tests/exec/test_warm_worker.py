@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from sil.exec import measure
-from sil.exec import attempts, auditproc, zygote
+from sil.contract.schema import load_contract
+from sil.exec import attempts, auditproc, measure, zygote
 from sil.exec.auditproc import AuditTimedOut
 from sil.exec.backends.sim import SimBackend
-from sil.contract.schema import load_contract
-from sil.policies.store import PolicyStore
 from sil.exec.measure import AuditRequest, LocalRunner, MeasureContext, run_audit
+from sil.policies.store import PolicyStore
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs fork() and /proc")
