@@ -16,13 +16,16 @@ calls again.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from sil.contract.schema import RoleModel
 from sil.base.fsutil import atomic_write_bytes
 
 PENDING_SUFFIX = ".pending.json"
@@ -103,16 +106,40 @@ class CallJournal:
             atomic_write_bytes(path, output_json.encode())
 
 
-def trusted_tokens(usage: Any) -> tuple[int, int] | None:
-    """(input, output) tokens a provider reported, or None when the report cannot be priced
-    (missing, negative, not whole numbers): the caller then charges the call its worst case.
-    A provider's usage is its claim; a negative count must never lower or crash the budget."""
-    if usage is None:
-        return None
-    fields = ("input_tokens", "output_tokens", "input_tokens_cache_read", "input_tokens_cache_write")
-    counts = [getattr(usage, f, None) for f in fields]
-    counts[2:] = [c or 0 for c in counts[2:]]  # cache counts are optional
-    ints = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
-    if len(ints) != len(counts):
-        return None
-    return ints[0] + ints[2] + ints[3], ints[1]
+class WallTimeReached(RuntimeError):
+    """A model call was abandoned because the run's wall-time budget ran out."""
+
+
+def run_bounded[T](call: Coroutine[Any, Any, T], wall_left: float | None, what: str) -> T:
+    """Run one model call to completion, or abandon it when the run's wall budget runs out.
+
+    Provider timeouts and retry limits bound a single call; this bounds the run: a server that
+    answers HTTP 500 forever, retried by the provider, cannot hold the run past max_wall_s.
+    """
+    if wall_left is not None and wall_left <= 0:
+        call.close()
+        raise WallTimeReached(f"wall-time budget reached before a {what} model call")
+
+    async def bounded() -> T:
+        limit = asyncio.timeout(wall_left)
+        try:
+            async with limit:
+                return await call
+        except TimeoutError:
+            if limit.expired():  # ours, not a provider's own timeout
+                raise WallTimeReached(
+                    f"wall-time budget reached during a {what} model call (abandoned after {wall_left:.0f}s)"
+                ) from None
+            raise
+
+    return asyncio.run(bounded())
+
+
+def role_model(role: RoleModel, max_tokens: int | None = None) -> Any:
+    """The inspect-ai model a contract role names, with its endpoint, provider args and call limits."""
+    from inspect_ai.model import GenerateConfig, get_model
+
+    limits = {"max_tokens": max_tokens, **role.generate_limits()}
+    config = GenerateConfig(temperature=role.temperature, **limits)
+    args: dict[str, Any] = dict(role.model_args)
+    return get_model(role.model, config=config, base_url=role.endpoint(), memoize=False, **args)

@@ -269,7 +269,7 @@ def approve(
         _fail("pass --key ~/.ssh/id_ed25519 to sign the approval, or --unsigned to record one without a signature")
     if key is not None and unsigned:
         _fail("--key and --unsigned exclude each other")
-    if unsigned and not loaded.contract.offline:
+    if unsigned and not loaded.contract.approval_free:
         err.print("[yellow]warning:[/] runs with real model calls refuse an unsigned approval; pass --key to sign")
     try:
         record = do_approve(

@@ -44,7 +44,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
-            f"{'offline' if c.offline else 'REAL MODEL CALLS'}",
+            f"{'offline' if c.offline else 'REAL MODEL CALLS (local, loopback only)' if c.approval_free else 'REAL MODEL CALLS'}",
             f"preflight: {plan.preflight} audit; baseline: {plan.baseline} audits; "
             f"never arm: {c.promotion.calibration_pairs} A/A pairs",
             "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in plan.arms.items()),

@@ -207,8 +207,8 @@ def require_approval(
     state_dir: Path | None = None,
     code_root: Path | None = None,
 ) -> Approval | None:
-    """The valid approval for this contract (None if offline); ApprovalError otherwise."""
-    if contract.offline:
+    """The valid approval for this contract (None if offline or local); ApprovalError otherwise."""
+    if contract.approval_free:
         return None
     now = now or datetime.now(UTC)
     approval = _load(contract, repo_root, state_dir)

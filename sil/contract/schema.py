@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import unicodedata
-from pathlib import Path, PurePosixPath
+from ipaddress import ip_address
+from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -23,10 +26,13 @@ from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil.contract.simparams import SimParams
 from sil_policy import SURFACES, describe_validation_errors
 
-# built in: sim, petri; a package may register more (sil/exec/backends, entry point group `sil.backends`)
-Backend = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+Backend = Literal["sim", "petri"]
+ROLE_NAMES = ("auditor", "target", "judge", "mutator")
 Arm = Literal["never", "random", "gate"]
-OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/")
+LIVE_JUDGE_NOTE = "live audit: scores are a judge model's, with its noise"
+# rubric/<name>: the deterministic rule-based judge (sil_runtime/inspect_ext/rubric.py), no model
+RUBRIC_PREFIX = "rubric/"
+OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/", RUBRIC_PREFIX)
 
 
 # Versioned mutator prompt templates (sil/contract/templates/<name>.md): read here only to
@@ -54,15 +60,89 @@ class Price(_Strict):
     output_per_mtok: Annotated[float, Field(ge=0)]
 
 
+ENV_NAME = r"^[A-Z][A-Z0-9_]{0,63}$"
+# model_args keys that have their own field (so the hash, the approval and `sil check` see them)
+RESERVED_MODEL_ARGS = ("base_url", "api_key", "config")
+ModelArg = str | int | float | bool
+
+
 class RoleModel(_Strict):
     model: Annotated[str, Field(min_length=1, max_length=200)]
-    credential_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")] | None = None
+    credential_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     price: Price | None = None
+    # The endpoint the role's provider calls (an OpenAI-compatible server: llama.cpp, vLLM,
+    # Ollama), or the env var holding it. Bound by the contract hash: another endpoint is
+    # another contract. None = the provider's default.
+    base_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=500)] | None = None
+    base_url_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None  # per model call
+    model_args: dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,63}$")], ModelArg] = {}
+    # per model call: seconds before it is abandoned, and how often the provider retries it
+    timeout_s: Annotated[float, Field(gt=0, le=7200)] | None = None
+    max_retries: Annotated[int, Field(ge=0, le=20)] | None = None
 
     @property
     def offline(self) -> bool:
         return self.model.startswith(OFFLINE_PREFIXES)
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the role's endpoint is a literal loopback address (127.0.0.1 or ::1)."""
+        return self.base_url is not None and is_loopback_url(self.base_url)
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> RoleModel:
+        if self.base_url is not None and self.base_url_env is not None:
+            raise ValueError("give base_url or base_url_env, not both")
+        reserved = [k for k in self.model_args if k in RESERVED_MODEL_ARGS]
+        if reserved:
+            raise ValueError(
+                f"model_args {reserved} have their own fields: use base_url / base_url_env for the endpoint "
+                "and credential_env for the key"
+            )
+        return self
+
+    def generate_limits(self) -> dict[str, Any]:
+        """The role's per-call bounds as inspect-ai GenerateConfig fields: answer length, timeout, retries."""
+        out: dict[str, Any] = {}
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
+        if self.timeout_s is not None:  # one attempt, and all attempts of one call together
+            out["attempt_timeout"] = max(1, int(self.timeout_s))
+            out["timeout"] = max(1, int(self.timeout_s * ((self.max_retries or 0) + 1)))
+        if self.max_retries is not None:
+            out["max_retries"] = self.max_retries
+        return out
+
+    def endpoint(self) -> str | None:
+        """The base URL the role calls: the contract's, or the value of the env var it names."""
+        if self.base_url is not None or self.base_url_env is None:
+            return self.base_url
+        value = os.environ.get(self.base_url_env, "").strip()
+        if not value:
+            raise ContractError(f"{self.model} reads its endpoint from ${self.base_url_env}, which is not set")
+        return value
+
+    def hash_dump(self) -> dict[str, Any]:
+        """The role as hashed: fields added after contracts were signed are left out at their default."""
+        data = self.model_dump(mode="json")
+        for name in ROLE_FIELDS_SINCE_V2:
+            if data[name] == type(self).model_fields[name].default:
+                del data[name]
+        return data
+
+
+ROLE_FIELDS_SINCE_V2 = ("base_url", "base_url_env", "max_tokens", "model_args", "timeout_s", "max_retries")
+
+
+def is_loopback_url(url: str) -> bool:
+    """A URL whose host is a literal loopback IP (a name such as localhost may resolve elsewhere)."""
+    try:
+        host = urlsplit(url).hostname
+        return host is not None and ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Models(_Strict):
@@ -338,6 +418,10 @@ class Contract(_Strict):
     petri: PetriParams | None = None
     mutator: MutatorSettings = MutatorSettings()
     executor: Executor = Executor()
+    # Every role runs offline or on this machine: each non-offline role names a loopback
+    # base_url (127.0.0.1 or ::1). Such a role may omit its price ($0), and a contract whose
+    # roles are all offline or local needs no signed approval.
+    local: bool = False
     # sha256 of what else defines the run (programme prose, mutator template, catalogue):
     # filled in by parse_contract (never written in program.md), so part of contract_hash
     bound: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = {}
@@ -359,11 +443,22 @@ class Contract(_Strict):
                     f"backend 'sim' audits with its simulated roles only; models {real} "
                     "must be sim/<role> (use backend 'petri' for real models)"
                 )
-        if self.backend != "sim":
+        if self.local:
+            remote = [
+                r for r in ROLE_NAMES if not getattr(self.models, r).loopback and not getattr(self.models, r).offline
+            ]
+            if remote:
+                raise ValueError(
+                    f"local: true, but models {remote} do not name a loopback base_url "
+                    "(http://127.0.0.1:PORT/v1 or http://[::1]:PORT/v1): a local run calls only this machine"
+                )
+        if self.backend == "petri":
             unpriced = [
                 r
                 for r in ("auditor", "target", "judge")
-                if not getattr(self.models, r).offline and getattr(self.models, r).price is None
+                if not getattr(self.models, r).offline
+                and getattr(self.models, r).price is None
+                and not self._free_role(r)
             ]
             if unpriced:
                 raise ValueError(
@@ -376,7 +471,7 @@ class Contract(_Strict):
                 f"search_space.surfaces {unread} are not in runtime.surfaces: the runtime under test "
                 "does not read them, so no change there could reach it"
             )
-        if not self.models.mutator.offline and self.models.mutator.price is None:
+        if not self.models.mutator.offline and self.models.mutator.price is None and not self._free_role("mutator"):
             raise ValueError(
                 "models.mutator calls a paid model but has no price: add "
                 "price: {input_per_mtok: ..., output_per_mtok: ...} so its calls can be charged"
@@ -391,6 +486,38 @@ class Contract(_Strict):
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self
+
+    def _free_role(self, role: str) -> bool:
+        """A role served on this machine under `local: true` (a literal loopback base_url) at no price."""
+        m = getattr(self.models, role)
+        unpaid = m.price is None or (m.price.input_per_mtok == 0 and m.price.output_per_mtok == 0)
+        return self.local and m.loopback and unpaid
+
+    @property
+    def approval_free(self) -> bool:
+        """True when every role is offline or a local model on loopback: nothing paid, nothing leaves."""
+        return all(getattr(self.models, r).offline or self._free_role(r) for r in ROLE_NAMES)
+
+    def role_kinds(self) -> dict[str, str]:
+        """What plays each role, in words the ledger, summary and report use."""
+        kinds = {}
+        for r in ROLE_NAMES:
+            m = getattr(self.models, r)
+            if m.model.startswith(RUBRIC_PREFIX):
+                kinds[r] = "rule-based judge"
+            elif m.model.startswith("sim/"):
+                kinds[r] = "simulated"
+            elif m.offline:
+                kinds[r] = "offline scripted"
+            elif m.loopback:
+                kinds[r] = "real model (local)"
+            else:
+                kinds[r] = "real model"
+        return kinds
+
+    def local_roles(self) -> list[str]:
+        """The roles a model served on this machine plays (loopback base_url)."""
+        return [r for r in ROLE_NAMES if getattr(self.models, r).loopback]
 
     @property
     def offline(self) -> bool:
@@ -420,11 +547,9 @@ class Contract(_Strict):
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed
             del data["measurement"]["common_random_numbers"]
-        if not self.runtime.waive_unprovable_use:  # and those written before the waiver existed
-            del data["runtime"]["waive_unprovable_use"]
-        for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
-            if data["promotion"][key] == Promotion.model_fields[key].default:
-                del data["promotion"][key]
+        if not self.local:  # and those written before local models had their own fields
+            del data["local"]
+        data["models"] = {r: getattr(self.models, r).hash_dump() for r in ROLE_NAMES}
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @property
@@ -434,6 +559,40 @@ class Contract(_Strict):
     def dimensions(self) -> list[str]:
         p = self.promotion
         return [*p.target_dimensions, *p.critical_dimensions, *p.auxiliary_dimensions]
+
+
+def approval_free_reason(contract: Contract) -> str:
+    """Why a contract needs no signed approval, in words for the ledger and `sil check`."""
+    local = contract.local_roles()
+    if not local:
+        return "every role is offline"
+    return f"every role is offline or a local model on loopback ({', '.join(local)})"
+
+
+CHARS_PER_TOKEN_ESTIMATE = 3  # local runs: tokens no server reported, estimated from characters (an overcount)
+
+
+def run_note(contract: Contract) -> str:
+    """One honest line for the ledger, summary and report: what produced the scores."""
+    kinds = contract.role_kinds()
+    target, judge = kinds["target"], kinds["judge"]
+    if judge == "real model":
+        return LIVE_JUDGE_NOTE
+    if judge == "real model (local)":
+        return f"{target}, local judge model: scores are a small local model's, with its noise"
+    if judge == "rule-based judge":
+        return f"{target}, rule-based judge: scores are fixed rules over the real transcript, not a judge model's"
+    return f"{target} target, {judge} judge: fixed rules, not a judge model"
+
+
+def token_counting(contract: Contract) -> str:
+    """How tokens were counted, for the run record."""
+    if contract.local:
+        return (
+            "usage as each local server reported it; where none is reported (e.g. auditor context "
+            f"compaction) a character estimate (chars/{CHARS_PER_TOKEN_ESTIMATE}); no tokenizer is downloaded"
+        )
+    return "usage as each provider reported it; estimates by inspect-ai's default tokenizer (tiktoken o200k_base)"
 
 
 class LoadedContract(BaseModel):

@@ -48,7 +48,7 @@ from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
-from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS
+from sil_runtime.inspect_ext.local import TOKEN_COUNT_ENV
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
@@ -209,6 +209,8 @@ def audit_env(req: AuditRequest, ctx: MeasureContext, policy_copies: dict[str, P
     for name, path in policy_copies.items():
         env[SURFACES[name].override_env] = str(path)
         env[SURFACES[name].strict_env] = "1"
+    if ctx.contract.local:  # token estimates by characters: a local audit never downloads a tokenizer
+        env[TOKEN_COUNT_ENV] = "chars"
     env.update(ctx.extra_env)
     return env
 

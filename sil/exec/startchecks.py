@@ -17,14 +17,13 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
-from sil.base.sshsig import resolve_allowed_signers
 from sil.contract import prepare
-from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
-from sil.contract.history import LineageError, check_lineage
-from sil.contract.schema import Contract, LoadedContract
 from sil.exec import rayexec
+from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
 from sil.exec.backends import make_backend
+from sil.contract.schema import Contract, LoadedContract, approval_free_reason
 from sil.policies.store import read_policy_dir
+from sil.base.sshsig import resolve_allowed_signers
 from sil_policy import PolicyError
 
 POLICIES = Path("state/policies")
@@ -242,12 +241,8 @@ def _crn(c: Contract) -> list[CheckItem]:
 
 
 def _approval(c: Contract, root: Path) -> list[CheckItem]:
-    if c.offline:  # no approval, but a named parent must still resolve, on every backend
-        try:
-            check_lineage(c, root)
-        except LineageError as ex:
-            return [CheckItem(name="lineage", status="fail", detail=str(ex))]
-        return [CheckItem(name="approval", status="ok", detail="not required: every role is offline")]
+    if c.approval_free:
+        return [CheckItem(name="approval", status="ok", detail=f"not required: {approval_free_reason(c)}")]
     items = []
     trusted = resolve_allowed_signers(None, root / ALLOWED_SIGNERS_DEFAULT)
     if trusted is None or not trusted.is_file():

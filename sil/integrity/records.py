@@ -75,6 +75,10 @@ class RunRecord(Payload):
     approval: str
     note: str
     trust: Trust = Trust()
+    # what plays each role ("real model (local)", "rule-based judge", ...) and how tokens were
+    # counted where no provider reported them; empty in ledgers written before they existed
+    roles: dict[str, str] = {}
+    token_counting: str = ""
 
 
 class BaselineRecord(Payload):

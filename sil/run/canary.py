@@ -20,7 +20,6 @@ through the call journal (sil/base/modelcalls.py), so a crash never makes the ru
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 from dataclasses import dataclass
@@ -30,15 +29,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from sil.base.errors import Halt
-from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
-from sil.contract.schema import Contract, RoleModel
-from sil.contract.simparams import SimParams
-from sil.integrity.records import CanaryRecord, Keys
 from sil.run.context import RunContext
-
-if TYPE_CHECKING:  # at run time inspect-ai is imported only where the judge model is called
-    from inspect_ai.model import ModelOutput
+from sil.contract.schema import Contract, RoleModel
+from sil.base.errors import Halt
+from sil.base.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded
+from sil.integrity.records import CanaryRecord, Keys
+from sil.contract.simparams import SimParams
 
 CANARY_DIR = "canary"
 END_LABEL = "end"
@@ -99,19 +95,24 @@ def cost_bound(judge: RoleModel, items: list[CanaryItem]) -> float:
 
 
 def model_rejudge(
-    items: list[CanaryItem], judge: RoleModel, dims: list[str], work_dir: Path | None = None, label: str = ""
+    items: list[CanaryItem],
+    judge: RoleModel,
+    dims: list[str],
+    work_dir: Path | None = None,
+    label: str = "",
+    wall_left: float | None = None,
 ) -> Rejudged:
     """Scores the judge model gives each stored transcript through the `answer` tool, and their cost.
 
     Each call goes through the call journal in `work_dir`: a re-judging interrupted by a crash
     replays the answers already paid for, and charges the bound of a call whose answer was lost.
     """
-    from inspect_ai.model import ChatMessageUser, GenerateConfig, ModelOutput, get_model
+    from inspect_ai.model import ChatMessageUser, ModelOutput
     from inspect_ai.tool import ToolInfo, ToolParam, ToolParams
 
     schema = ToolParams(properties={d: ToolParam(type="integer") for d in dims}, required=list(dims))
     answer = ToolInfo(name="answer", description="Score the transcript, 1-10 per dimension.", parameters=schema)
-    model = get_model(judge.model, config=GenerateConfig(max_tokens=MAX_OUTPUT_TOKENS, temperature=judge.temperature))
+    model = role_model(judge, max_tokens=MAX_OUTPUT_TOKENS)
 
     async def ask(item: CanaryItem, journal: CallJournal) -> tuple[ModelOutput, float]:
         lost = journal.lost(ModelOutput)
@@ -126,7 +127,11 @@ def model_rejudge(
         return [await ask(i, _journal(work_dir, label, n, i)) for n, i in enumerate(items)]
 
     scores, usd = {}, 0.0
-    for item, (out, cost) in zip(items, asyncio.run(all_items()), strict=True):
+    try:
+        answers = run_bounded(all_items(), wall_left, "judge-drift canary")
+    except WallTimeReached as ex:
+        raise Halt(str(ex)) from None
+    for item, (out, cost) in zip(items, answers, strict=True):
         calls = [c for c in out.message.tool_calls or [] if c.function == "answer"]
         if not calls:
             raise Halt(f"judge-drift canary: {judge.model} gave no answer for the stored transcript {item.id}")
@@ -171,7 +176,7 @@ def rejudge(rc: RunContext, items: list[CanaryItem], label: str) -> Rejudged:
     if rc.contract.sim is not None:
         return Rejudged(scores=sim_rejudge(items, rc.contract.sim, rc.state.tick))
     judge, dims = rc.contract.models.judge, rc.contract.dimensions()
-    return model_rejudge(items, judge, dims, rc.run_dir / CANARY_DIR, label)
+    return model_rejudge(items, judge, dims, rc.run_dir / CANARY_DIR, label, rc.rounds.wall_left())
 
 
 def mean_shift(items: list[CanaryItem], scores: dict[str, dict[str, float]], dims: list[str]) -> dict[str, float]:

@@ -52,6 +52,7 @@ class CandidateSource:
                 arm=self.arm,
                 context=context,
                 spend=rc.rounds.usd_left,
+                wall_left=rc.rounds.wall_left,
                 work_dir=rc.run_dir / "mutator",
                 attempt=arm.proposer_gaps,
             )

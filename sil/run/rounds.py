@@ -128,6 +128,10 @@ class RoundRunner:
             )
         return None
 
+    def wall_left(self) -> float:
+        """Seconds of the run's wall-time budget left (a model call may take no longer)."""
+        return self.ctx.contract.budget.max_wall_s - self.journal.elapsed()
+
     def usd_left(self, usd: float) -> str | None:
         """Why spending up to `usd` more (e.g. a mutator call) may not start, or None."""
         b, s = self.ctx.contract.budget, self.journal.state

@@ -28,38 +28,38 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from sil.base.diskspace import check_free_space, is_disk_error
-from sil.base.diskspace import describe as describe_disk_error
-from sil.base.errors import ExitCode, Halt, Refused
-from sil.base.locks import LockedError, policy_lock, remove_lock_only_dir, run_lock
-from sil.base.runid import RunIdError, run_dir_under
-from sil.base.sshsig import SignatureError, Signer, fingerprint
-from sil.contract import prepare
-from sil.contract.approval import ApprovalError, frozen_measurement_hash, require_approval
-from sil.contract.schema import ContractError, LoadedContract, load_contract
 from sil.exec import measure
-from sil.exec.backends import make_backend
-from sil.exec.measure import MeasureContext
-from sil.exec.startchecks import run_refusals
-from sil.integrity.checkpoint import CheckpointError, anchor_repo, start_conflict, write_checkpoint
+from sil.contract import prepare
 from sil.integrity.ledger import Ledger, LedgerError, read_records
-from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
-from sil.integrity.witness import Witness, WitnessError, witness_from_env
-from sil.policies.store import HandEditedPolicy, PolicyStore
-from sil.review.runview import write_contract_snapshot
-from sil.review.summary import build_summary, render
+from sil.contract.approval import ApprovalError, frozen_measurement_hash, require_approval
 from sil.run.arms import candidate_phase, never_phase
+from sil.exec.backends import make_backend
 from sil.run.baseline import baseline_phase
 from sil.run.canary import canary_check
 from sil.run.canary import reserve as canary_reserve
 from sil.run.certify import final_phase
+from sil.integrity.checkpoint import CheckpointError, anchor_repo, start_conflict, write_checkpoint
 from sil.run.context import RunContext
-from sil.run.preflight import preflight_phase
-from sil.run.rounds import Guards, RoundRunner
-from sil.stats.judges import JudgeState
+from sil.contract.schema import ContractError, LoadedContract, approval_free_reason, load_contract, run_note, token_counting
+from sil.base.diskspace import check_free_space, is_disk_error
+from sil.base.diskspace import describe as describe_disk_error
+from sil.base.errors import ExitCode, Halt, Refused
 from sil.store.journal import Journal
+from sil.stats.judges import JudgeState
+from sil.base.locks import LockedError, policy_lock, run_lock
 from sil.store.policyrefs import RunRefs
+from sil.policies.store import HandEditedPolicy, PolicyStore
+from sil.run.preflight import preflight_phase
+from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
+from sil.run.rounds import Guards, RoundRunner
+from sil.base.runid import RunIdError, run_dir_under
 from sil.store.runstate import RunState
+from sil.review.runview import write_contract_snapshot
+from sil.base.sshsig import SignatureError, Signer, fingerprint
+from sil.exec.startchecks import run_refusals
+from sil.review.summary import build_summary, render
+from sil.integrity.witness import Witness, WitnessError, witness_from_env
+from sil.exec.measure import MeasureContext
 from sil_policy import PolicyError
 
 RUNS = Path("state/runs")
@@ -193,6 +193,8 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
     contract = loaded.contract
     measure_ctx = MeasureContext.from_contract(contract, cfg.repo_root)
     backend = make_backend(contract.backend)
+    if contract.backend == "petri":
+        backend.note = run_note(contract)
     store = PolicyStore(cfg.run_dir)
     ledger = Ledger(cfg.run_dir / "ledger.jsonl", offline=contract.offline, simulated=backend.simulated)
     stored = RunState.load(cfg.run_dir)
@@ -254,15 +256,17 @@ def run_record(rc: RunContext, trust: Trust) -> RunRecord:
         approval=rc.approval_id,
         note=rc.backend.note,
         trust=trust,
+        roles=c.role_kinds() if c.backend == "petri" else {},
+        token_counting=token_counting(c) if c.backend == "petri" else "",
     )
 
 
 def approval_id(loaded: LoadedContract, root: Path) -> str:
-    if loaded.contract.offline:
-        return "not required: every role is offline"
+    if loaded.contract.approval_free:
+        return f"not required: {approval_free_reason(loaded.contract)}"
     approval = require_approval(loaded.contract, root)
     if approval is None:
-        return "not required: every role is offline"
+        return f"not required: {approval_free_reason(loaded.contract)}"
     return (
         f"{approval.approver} until {approval.expires_at} (contract {approval.contract_hash[:12]}, "
         f"measurement {approval.measurement_hash[:12]}, signed by key {approval.key_fingerprint})"
@@ -271,7 +275,7 @@ def approval_id(loaded: LoadedContract, root: Path) -> str:
 
 def approval_guard(loaded: LoadedContract, root: Path) -> Callable[[], None]:
     """Re-check the approval before every batch of audits of a run with real model calls."""
-    if loaded.contract.offline:
+    if loaded.contract.approval_free:
         return _nothing
 
     def guard() -> None:

@@ -7,7 +7,9 @@ compaction knows its threshold and usage reports cost 0).
 
 from inspect_ai.model import ModelCost, ModelInfo, set_model_info
 
+from sil_runtime.inspect_ext.local import install_if_asked
 from sil_runtime.inspect_ext.offline.provider import ROLES, scripted  # noqa: F401
+from sil_runtime.inspect_ext.rubric import RUBRIC_MODELS, rubric, rubric_judge  # noqa: F401
 from sil_runtime.inspect_ext.target import runtime_target  # noqa: F401
 
 OFFLINE_CONTEXT_TOKENS = 200_000
@@ -17,3 +19,8 @@ for _role in ROLES:
     set_model_info(
         f"scripted/{_role}", ModelInfo(model=f"scripted/{_role}", context_length=OFFLINE_CONTEXT_TOKENS, cost=_FREE)
     )
+
+for _name in RUBRIC_MODELS:
+    set_model_info(_name, ModelInfo(model=_name, context_length=OFFLINE_CONTEXT_TOKENS, cost=_FREE))
+
+install_if_asked()  # SIL_TOKEN_COUNT=chars (local runs): no tokenizer download in this process

@@ -168,7 +168,7 @@ def _leaves(obj: Any, path: tuple = ()) -> list[tuple]:
 
 def _candidates(value: Any) -> list[Any]:
     if value is None:  # an optional field left unset: try a few plausible values
-        return [1, 0.5, "x", True, "ab" * 32, ["x"], {"x": "y"}]
+        return [1, 0.5, "x", True, "ab" * 32, ["x"], {"x": "y"}, "http://127.0.0.1:1/v1", "SIL_X"]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int):
@@ -226,6 +226,8 @@ COUPLED = {("backend",), ("sim",)}
 FIXED = {("stop", "stop_on_uncertain_revert")}
 # Only for the offline catalogue mutator; and `bound` hashes are computed (tested in test_contract).
 COUPLED |= {("mutator", "catalogue"), ("bound", "programme")}
+# Only with every non-offline role on a loopback base_url (each role's base_url is covered)
+COUPLED |= {("local",)}
 # Ray executor settings: only with executor.kind ray (kind itself is covered)
 COUPLED |= {("executor", f) for f in ("address_env", "num_cpus", "resources", "max_in_flight")}
 

@@ -79,7 +79,8 @@ class CountingModels:
         real = inspect_ai.model.get_model
 
         def counting(name, **kwargs):
-            model = real("scripted/judge", memoize=False, **kwargs)  # a fresh model: wrapped once
+            kwargs["memoize"] = False
+            model = real("scripted/judge", **kwargs)  # a fresh model: wrapped once
             generate = model.generate
 
             async def counted(*args, **kw):

@@ -20,9 +20,9 @@ class Counting(LLMProposer):
         super().__init__(loaded("anthropic/claude-sonnet-4-5", PRICED), model=get_model("scripted/mutator"))
         self.paid = 0
 
-    def generate(self, messages):
+    def generate(self, messages, wall_left=None):
         self.paid += 1
-        return super().generate(messages)
+        return super().generate(messages, wall_left)
 
 
 def first_key(proposer: LLMProposer, documents: dict, attempt: int = 0) -> CallKey:

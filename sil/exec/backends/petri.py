@@ -34,9 +34,8 @@ from typing import Any
 from inspect_ai.event import InfoEvent, ModelEvent, ScoreEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
-from sil.base.modelcalls import trusted_tokens
 from sil.contract import prepare
-from sil.contract.schema import Contract, PetriParams, RoleModel
+from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, PetriParams, RoleModel
 from sil.exec.measure import AuditRequest, GapError, MeasureContext
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
 
@@ -68,7 +67,7 @@ class PetriBackend:
 
     name = "petri"
     simulated = False
-    note = "live audit: scores are a judge model's, with its noise"
+    note = LIVE_JUDGE_NOTE  # train.open_run sets the contract's own (contract.run_note)
 
     def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
         return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
@@ -173,12 +172,23 @@ def task_args(ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> dict
 
 
 def role_config(role: RoleModel, seed: int | None = None) -> dict[str, Any]:
-    """A role's `--model-role` JSON: its model and GenerateConfig fields (inspect-ai parses both)."""
+    """A role's `--model-role` JSON: its model, GenerateConfig fields and provider arguments
+    (inspect-ai parses all three). The endpoint goes in explicitly, never through an inherited env."""
     config: dict[str, Any] = {"model": role.model}
     if role.temperature is not None:
         config["temperature"] = role.temperature
     if seed is not None:
         config["seed"] = seed
+    config.update(role.generate_limits())
+    args: dict[str, Any] = dict(role.model_args)
+    try:
+        url = role.endpoint()
+    except ContractError as ex:
+        raise GapError(str(ex)) from None
+    if url is not None:
+        args["base_url"] = url
+    if args:
+        config["model_args"] = args
     return config
 
 
@@ -241,11 +251,22 @@ def check_run(
         if ran is None or ran.model != wanted:
             raise GapError(f"role {role} ran {ran.model if ran else 'nothing'}, not {wanted}")
         _check_seed(role, ran.config.seed, audit_seed(ctx.contract, pair_key) if role == CRN_ROLE else None)
+        _check_endpoint(role, ran.base_url, getattr(ctx.contract.models, role))
     for package in ("inspect_ai", "inspect_petri"):
         if log.eval.packages.get(package) != PINNED[package]:
             raise GapError(
                 f"log was written by {package} {log.eval.packages.get(package)}, not the pinned {PINNED[package]}"
             )
+
+
+def _check_endpoint(role: str, ran: str | None, model: RoleModel) -> None:
+    """A role that names an endpoint ran against it (another server is another measurement)."""
+    try:
+        wanted = model.endpoint()
+    except ContractError as ex:
+        raise GapError(str(ex)) from None
+    if wanted is not None and ran != wanted:
+        raise GapError(f"role {role} ran against {ran or 'the provider default'}, not the contract's endpoint {wanted}")
 
 
 def _check_seed(role: str, ran: int | None, intended: int | None) -> None:

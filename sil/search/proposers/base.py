@@ -43,6 +43,7 @@ class ProposalRequest:
     spend: Callable[[float], str | None] = field(default=_no_limit)  # why up to $x may not be spent
     work_dir: Path | None = None  # where a proposer keeps raw model outputs
     attempt: int = 0  # the arm's proposer gaps so far for this candidate: a retry is a new question
+    wall_left: Callable[[], float | None] = field(default=lambda: None)  # seconds of the run's wall budget left
 
 
 class MutatorCall(BaseModel):

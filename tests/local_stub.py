@@ -1,0 +1,105 @@
+"""A tiny OpenAI-compatible server on 127.0.0.1 for tests of the local-model path (no model, no network).
+
+mode "ok": answers /v1/models with its one model and /v1/chat/completions like a small model
+that writes its tool calls as text unless its prompt asks for the native interface (then it
+calls the first offered tool natively, or the one a named tool_choice asks for); "fail": every
+request is an HTTP 500 (the llama.cpp server's answer to tool_choice="required"); "hang":
+every completion waits `hang_s` before it answers. Like llama.cpp's server, any mode answers
+tool_choice "required" (inspect-ai's "any") with HTTP 500.
+
+    with StubServer("ok") as stub:
+        stub.base_url          # http://127.0.0.1:<port>/v1
+        stub.requests          # paths served, in order
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "stub-model"
+NATIVE_HINT = "native tool-calling"
+
+
+def completion(body: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(body.get("messages", []))
+    tools = body.get("tools") or []
+    choice = body.get("tool_choice")
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    if tools and (named or NATIVE_HINT in text):
+        name = named or tools[0]["function"]["name"]
+        call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        message["tool_calls"] = [call]
+        finish = "tool_calls"
+    else:
+        message["content"] = (
+            'Checking. <tool_call>{"name": "lookup_order", "arguments": {"order_id": "42"}}</tool_call>'
+        )
+        finish = "stop"
+    return {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", MODEL),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": max(1, len(text) // 4),
+            "completion_tokens": 17,
+            "total_tokens": len(text) // 4 + 17,
+        },
+    }
+
+
+class StubServer:
+    def __init__(self, mode: str = "ok", hang_s: float = 30.0) -> None:
+        self.mode = mode
+        self.hang_s = hang_s
+        self.requests: list[str] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                stub.requests.append(self.path)
+                if stub.mode == "fail":
+                    return self._send(500, {"error": {"message": "stub: internal error"}})
+                self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+            def do_POST(self) -> None:
+                stub.requests.append(self.path)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if stub.mode == "fail" or body.get("tool_choice") == "required":  # as llama.cpp's server does
+                    return self._send(500, {"error": {"message": "stub: internal error"}})
+                if stub.mode == "hang":
+                    time.sleep(stub.hang_s)
+                self._send(200, completion(body))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> StubServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
