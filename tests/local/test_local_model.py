@@ -1,0 +1,73 @@
+"""The local-model path without a model: a stub OpenAI-compatible server on 127.0.0.1.
+
+Every model call is bounded (a mutator whose server answers HTTP 500 forever ends the run at
+max_wall_s with a halt record), the mutator asks for its tool by name, and `sil check` names
+what a local server lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openai", reason="the local-model path needs the openai SDK: pip install -e '.[local]'")
+
+from local_stub import StubServer  # noqa: E402
+
+import ledger  # noqa: E402
+from sil.contract.schema import parse_contract  # noqa: E402
+from sil.base.errors import Halt  # noqa: E402
+from sil.search.proposers.llm import LLMProposer  # noqa: E402
+from tests.conftest import edit_contract  # noqa: E402
+from tests.search.test_llm_mutator import champion, context, request  # noqa: E402,F401  (fixture)
+from tests.run.test_train import run_loop, shrink  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+MUTATOR_LINE = "  mutator: {model: scripted/mutator}   # offline, deterministic; any inspect-ai model name works"
+
+
+def local_mutator(url: str, extra: str = "") -> str:
+    return f"  mutator: {{model: llama-cpp-python/stub-model, base_url: '{url}'{extra}}}"
+
+
+def test_the_mutator_asks_for_its_tool_by_name(champion, tmp_path: Path) -> None:  # noqa: F811
+    text = (REPO / "program.md").read_text().replace(MUTATOR_LINE, local_mutator("URL"))
+    with StubServer("ok") as stub:
+        loaded = parse_contract(text.replace("URL", stub.base_url).replace("arms: [", "local: true\narms: ["))
+        proposal = LLMProposer(loaded).propose(request(champion, context(), tmp=tmp_path))
+    # the stub answers tool_choice "required" with HTTP 500, as llama.cpp's server does: a named
+    # tool choice is answered (its empty arguments are then rejected as an invalid mutation)
+    assert proposal.calls and all("500" not in (c.error or "") for c in proposal.calls)
+    assert proposal.calls[0].input_tokens > 0 and "lacks the fields" in (proposal.calls[0].error or "")
+
+
+def test_a_mutator_server_failing_forever_halts_the_run_at_max_wall_s(workspace: Path) -> None:
+    shrink(workspace)
+    contract = workspace / "program.md"
+    with StubServer("fail") as stub:
+        edit_contract(contract, MUTATOR_LINE, local_mutator(stub.base_url))
+        edit_contract(contract, "arms: [never, random, gate]", "local: true\narms: [never, random, gate]")
+        edit_contract(contract, "max_wall_s: 600", "max_wall_s: 45")
+        start = time.monotonic()
+        rc = run_loop(workspace)
+        took = time.monotonic() - start
+    assert rc.state.phase == "halted", rc.state.halt_reason
+    assert "wall-time budget reached during a mutator model call" in (rc.state.halt_reason or "")
+    halts = [r for r in ledger.read_records(rc.run_dir / "ledger.jsonl") if r.type == "halt"]
+    assert len(halts) == 1 and "mutator model call" in halts[0].payload["reason"]
+    assert len(stub.requests) >= 2  # the provider retried: only the wall budget ended it
+    assert took < 45 + 30, f"the run took {took:.0f}s, far past max_wall_s 45"
+
+
+def test_a_mutator_call_past_the_wall_budget_is_never_made(champion, tmp_path: Path) -> None:  # noqa: F811
+    text = (REPO / "program.md").read_text().replace(MUTATOR_LINE, local_mutator("URL"))
+    with StubServer("ok") as stub:
+        loaded = parse_contract(text.replace("URL", stub.base_url).replace("arms: [", "local: true\narms: ["))
+        req = request(champion, context(), tmp=tmp_path)
+        late = dataclasses.replace(req, wall_left=lambda: 0.0)
+        with pytest.raises(Halt, match="wall-time budget reached before a mutator model call"):
+            LLMProposer(loaded).propose(late)
+    assert stub.requests == []
