@@ -4,7 +4,7 @@ mode "ok": answers /v1/models with its one model and /v1/chat/completions like a
 that writes its tool calls as text unless its prompt asks for the native interface (then it
 calls the first offered tool natively, or the one a named tool_choice asks for); "fail": every
 request is an HTTP 500 (the llama.cpp server's answer to tool_choice="required"); "hang":
-every completion waits `hang_s` before it answers. Like llama.cpp's server, any mode answers
+every completion waits `hang_s` before it answers; "text": never a tool call. Like llama.cpp's server, any mode answers
 tool_choice "required" (inspect-ai's "any") with HTTP 500.
 
     with StubServer("ok") as stub:
@@ -24,13 +24,13 @@ MODEL = "stub-model"
 NATIVE_HINT = "native tool-calling"
 
 
-def completion(body: dict[str, Any]) -> dict[str, Any]:
+def completion(body: dict[str, Any], text_only: bool = False) -> dict[str, Any]:
     text = json.dumps(body.get("messages", []))
     tools = body.get("tools") or []
     choice = body.get("tool_choice")
     named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     message: dict[str, Any] = {"role": "assistant", "content": None}
-    if tools and (named or NATIVE_HINT in text):
+    if tools and (named or NATIVE_HINT in text) and not text_only:
         name = named or tools[0]["function"]["name"]
         call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
         message["tool_calls"] = [call]
@@ -86,7 +86,7 @@ class StubServer:
                     return self._send(500, {"error": {"message": "stub: internal error"}})
                 if stub.mode == "hang":
                     time.sleep(stub.hang_s)
-                self._send(200, completion(body))
+                self._send(200, completion(body, text_only=stub.mode == "text"))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -42,7 +42,16 @@ PROVIDER_SDK = {
     "openrouter": ("openai", "openai"),
     "bedrock": ("aioboto3", "bedrock"),
     "grok": ("openai", "openai"),
+    # OpenAI-compatible servers, local or not: inspect-ai talks to them through the openai SDK
+    "llama-cpp-python": ("openai", "local"),
+    "openai-api": ("openai", "openai"),
+    "ollama": ("openai", "openai"),
+    "vllm": ("openai", "openai"),
+    "sglang": ("openai", "openai"),
 }
+# roles whose every call must be a tool call (the target may answer in text: that is measured)
+TOOL_ROLES = ("auditor", "judge", "mutator")
+PROBE_TIMEOUT_S = 60.0  # a first completion on a cold CPU server can be slow
 # the env var each provider's SDK reads when the contract names none
 PROVIDER_KEY_ENV = {
     "anthropic": "ANTHROPIC_API_KEY",
@@ -190,6 +199,28 @@ def _providers(c: Contract) -> list[CheckItem]:
     return items
 
 
+def _local_servers(c: Contract, probe_tools: bool = True) -> list[CheckItem]:
+    """Each loopback endpoint: does it answer, does it serve the role's model, does it make tool calls."""
+    from sil.exec import localprobe
+
+    items = []
+    for role in ROLES:
+        rm = getattr(c.models, role)
+        if rm.offline or not rm.loopback or rm.base_url is None:
+            continue
+        served = rm.model.split("/", 1)[1] if "/" in rm.model else rm.model
+        problem = localprobe.models(rm.base_url, served)
+        if problem is None and probe_tools:
+            problem = localprobe.tool_call(rm.base_url, served, PROBE_TIMEOUT_S)
+            if problem is not None and role not in TOOL_ROLES:
+                items.append(CheckItem(name=f"server:{role}", status="warn", detail=f"{rm.base_url}: {problem}"))
+                continue
+        status: Literal["ok", "fail"] = "ok" if problem is None else "fail"
+        detail = problem or f"serves {served}" + (" and answers a named tool call" if probe_tools else "")
+        items.append(CheckItem(name=f"server:{role}", status=status, detail=f"{rm.base_url}: {detail}"))
+    return items
+
+
 def _executor(c: Contract) -> list[CheckItem]:
     """Ray requested: is it installed, is the named address set and does something answer there."""
     ex = c.executor
@@ -292,7 +323,8 @@ def _budget(c: Contract, root: Path) -> CheckItem:
 
 
 def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
-    """All start-time checks of `sil run`, offline and without a model call."""
+    """All start-time checks of `sil run`: offline, and no model call except one small probe of
+    each loopback server (`local: true`)."""
     c = loaded.contract
     items = [
         CheckItem(name="contract", status="ok", detail=f"{c.contract_id} (hash {c.contract_hash[:12]})"),
@@ -300,6 +332,7 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
         _dimensions(c, root),
         *_measurement_and_policies(c, root),
         *_providers(c),
+        *_local_servers(c),
         *_executor(c),
         _budget(c, root),
         *_crn(c),
@@ -311,5 +344,6 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
 def run_refusals(loaded: LoadedContract, root: Path) -> list[CheckItem]:
     """The start-time checks `sil run` refuses on before it creates anything (the rest it makes itself)."""
     c = loaded.contract
-    checks = [_backend(c), _dimensions(c, root), *_providers(c), *_executor(c), *_approval(c, root)]
+    checks = [_dimensions(c, root), *_providers(c), *_local_servers(c, probe_tools=False), *_executor(c)]
+    checks += _approval(c, root)
     return [i for i in checks if i.status == "fail"]

@@ -71,3 +71,45 @@ def test_a_mutator_call_past_the_wall_budget_is_never_made(champion, tmp_path: P
         with pytest.raises(Halt, match="wall-time budget reached before a mutator model call"):
             LLMProposer(loaded).propose(late)
     assert stub.requests == []
+
+
+LOCAL = (REPO / "examples" / "program-local-model.md").read_text()
+
+
+def local_contract(url: str, model: str = "stub-model"):
+    text = LOCAL.replace("http://127.0.0.1:8765/v1", url).replace(
+        "llama-cpp-python/smollm2-135m", f"llama-cpp-python/{model}"
+    )
+    text = text.replace(
+        "mutator: {model: offline/catalogue}", f"mutator: {{model: llama-cpp-python/{model}, base_url: '{url}'}}"
+    )
+    return parse_contract(text, str(REPO / "examples" / "program-local-model.md"))
+
+
+def server_items(loaded) -> dict[str, tuple[str, str]]:
+    from sil.exec.startchecks import start_checks
+
+    return {
+        i.name: (i.status, i.detail) for i in start_checks(loaded, REPO).items if i.name.startswith(("server", "sdk"))
+    }
+
+
+def test_sil_check_names_what_a_local_server_lacks(monkeypatch) -> None:
+    with StubServer("ok") as stub:
+        assert server_items(local_contract(stub.base_url))["server:mutator"][0] == "ok"
+        missing = server_items(local_contract(stub.base_url, "other-model"))
+        assert (
+            missing["server:target"][0] == "fail" and "model not served: 'other-model'" in missing["server:target"][1]
+        )
+    with StubServer("text") as stub:
+        items = server_items(local_contract(stub.base_url))
+        assert items["server:mutator"][0] == "fail" and "tool calls unsupported" in items["server:mutator"][1]
+        assert items["server:target"][0] == "warn"  # a target answering in text is what the audit measures
+    gone = server_items(local_contract(stub.base_url))  # the server is stopped now
+    assert gone["server:target"][0] == "fail" and "server unreachable" in gone["server:target"][1]
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
+    sdk = server_items(local_contract(stub.base_url))
+    assert sdk["sdk:target"][0] == "fail" and "pip install -e '.[local]'" in sdk["sdk:target"][1]
