@@ -103,3 +103,36 @@ class StubServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def one_local_audit(workdir: str) -> dict[str, Any]:
+    """One Petri audit of the local example contract against a stub target on 127.0.0.1, as the loop runs it."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    from sil.exec.backends.petri import PetriBackend
+    from sil.contract.schema import parse_contract
+    from sil.exec.measure import AuditRequest, MeasureContext, run_audit
+    from sil_policy import SURFACES, content_hash
+
+    root = Path(workdir)
+    shutil.copytree(repo / "measurement", root / "measurement")
+    policies = repo / "state" / "policies"
+    text = (repo / "examples" / "program-local-model.md").read_text()
+    with StubServer("ok") as stub:
+        text = text.replace("http://127.0.0.1:8765/v1", stub.base_url)
+        contract = parse_contract(text.replace("llama-cpp-python/smollm2-135m", f"llama-cpp-python/{MODEL}")).contract
+        ctx = MeasureContext.from_contract(contract, root)
+        hashes = {n: content_hash((policies / s.filename).read_bytes()) for n, s in SURFACES.items()}
+        req = AuditRequest(audit_id="a1", audit_dir=root / "a1", policy_dir=policies, policy_hashes=hashes, tick=0)
+        result = run_audit(req, ctx, PetriBackend())
+        return {"result": result.model_dump(mode="json"), "requests": len(stub.requests)}
+
+
+if __name__ == "__main__":  # python tests/local_stub.py audit WORKDIR: one audit, its result as JSON
+    import sys
+
+    print(json.dumps(one_local_audit(sys.argv[2])))

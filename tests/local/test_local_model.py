@@ -113,3 +113,49 @@ def test_sil_check_names_what_a_local_server_lacks(monkeypatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
     sdk = server_items(local_contract(stub.base_url))
     assert sdk["sdk:target"][0] == "fail" and "pip install -e '.[local]'" in sdk["sdk:target"][1]
+
+
+DEAD_PROXY = "http://10.255.255.1:9"  # no route in the namespace: a proxied connection fails
+
+
+def test_a_local_audit_opens_no_connection_but_loopback(tmp_path: Path) -> None:
+    """In a network namespace with only loopback (and proxies pointed at a dead address), a local
+    audit completes: the target, the token counts and everything else stay on 127.0.0.1."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rn", "true"]).returncode != 0:
+        pytest.skip("needs `unshare -rn` (an unprivileged network namespace) to cut every route but loopback")
+    env = {**os.environ, "HTTP_PROXY": DEAD_PROXY, "HTTPS_PROXY": DEAD_PROXY, "ALL_PROXY": DEAD_PROXY}
+    script = f"ip link set lo up && exec {sys.executable} {REPO / 'tests' / 'local_stub.py'} audit {tmp_path}"
+    done = subprocess.run(["unshare", "-rn", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    result = out["result"]
+    assert result["status"] == "ok", result["gap_reason"]
+    assert result["usage"]["input_tokens"] > 0 and out["requests"] > 0  # the target really ran, on loopback
+    assert not (tmp_path / "a1" / ".cache").exists() or not any((tmp_path / "a1" / ".cache").rglob("*tiktoken*"))
+
+
+def test_local_audits_count_tokens_by_characters_without_a_tokenizer(monkeypatch) -> None:
+    import asyncio
+
+    import tiktoken
+    from inspect_ai.model import _model, _tokens, get_model
+
+    from sil_runtime.inspect_ext.local import install_if_asked
+
+    monkeypatch.setattr(_model, "count_text_tokens", _model.count_text_tokens)  # restored after the test
+    monkeypatch.setattr(_tokens, "count_text_tokens", _tokens.count_text_tokens)
+
+    def no_download(name: str):
+        raise AssertionError(f"tokenizer {name} requested: it would be downloaded")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", no_download)
+    monkeypatch.setenv("SIL_TOKEN_COUNT", "chars")
+    install_if_asked()  # what the audit subprocess does on importing the registry
+    model = get_model("llama-cpp-python/x", base_url="http://127.0.0.1:1/v1", memoize=False)
+    assert asyncio.run(model.api.count_text_tokens("abcdefghi")) == 3
