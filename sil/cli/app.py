@@ -475,6 +475,48 @@ def check(
     raise typer.Exit(check_contract(loaded, Path.cwd(), out, err, as_json=as_json))
 
 
+@app.command()
+def noise(
+    contract: ContractOpt = Path("program.md"),
+    pairs: Annotated[int, typer.Option(min=2, max=200, help="A/A pairs per design (free and CRN).")] = 4,
+    passes: Annotated[int, typer.Option(min=1, max=10, help="Judge passes of every transcript.")] = 2,
+    report_file: Annotated[
+        Path | None, typer.Option("--out", help="Report file (default docs/results/noise-<contract_id>.md).")
+    ] = None,
+) -> None:
+    """Measure A/A noise on real audits and split it into target, auditor and judge shares (4 x pairs audits)."""
+    import shlex
+    import sys
+    from datetime import UTC, datetime
+
+    from sil.base.fsutil import atomic_write_bytes
+    from sil.run.noise import measure_noise, render
+    from sil.exec.startchecks import run_refusals
+
+    loaded = _load(contract)
+    c = loaded.contract
+    if c.backend != "petri":
+        _fail(
+            f"{contract}: sil noise measures real audits; backend {c.backend!r} simulates them (use a petri contract)"
+        )
+    root = Path.cwd()
+    refusals = run_refusals(loaded, root)
+    if refusals:
+        _fail("; ".join(f"{i.name}: {i.detail}" for i in refusals))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    work = root / "state" / "noise" / f"{c.contract_id}-{stamp}"
+    target = report_file or root / "docs" / "results" / f"noise-{c.contract_id}.md"
+    if not target.parent.is_dir():
+        _fail(f"--out {target}: directory {target.parent} does not exist")
+    err.print(f"sil noise: {4 * pairs} audits of {c.contract_id} in {work} ...")
+    report = measure_noise(loaded, root, pairs=pairs, passes=passes, out_dir=work)
+    command = "sil " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    text = render(report, command, root)
+    atomic_write_bytes(target, text.encode())
+    typer.echo(text)
+    err.print(f"written: {target}")
+
+
 # ---- review: runs, status, report, compare, export (logic in sil/review/status.py, report*.py, ...)
 
 

@@ -476,6 +476,11 @@ class Contract(_Strict):
                 "models.mutator calls a paid model but has no price: add "
                 "price: {input_per_mtok: ..., output_per_mtok: ...} so its calls can be charged"
             )
+        if self.models.judge.model.startswith(RUBRIC_PREFIX) and self.measurement.judge_resamples > 1:
+            raise ValueError(
+                "models.judge is the rule-based judge: it is deterministic, so re-judging adds nothing; "
+                "set measurement.judge_resamples: 1"
+            )
         if self.mutator.catalogue is not None and self.models.mutator.model != CATALOGUE_MODEL:
             raise ValueError(f"mutator.catalogue is only for models.mutator.model {CATALOGUE_MODEL!r}")
         if self.promotion.error_design == "two_stage" and self.budget.certify_rounds < 1:

@@ -79,6 +79,50 @@ def serve_command(port: int = DEFAULT_PORT, n_ctx: int = 2048) -> list[str]:
     ]
 
 
+class LocalServer:
+    """SmolLM2 served on 127.0.0.1 for as long as the `with` block runs (started and stopped here).
+
+    with LocalServer(port=8765) as server:
+        server.base_url      # http://127.0.0.1:8765/v1, answering /models
+    """
+
+    def __init__(self, port: int = DEFAULT_PORT, n_ctx: int = 2048, log: Path | None = None, wait_s: float = 600) -> None:
+        self.port, self.n_ctx, self.log, self.wait_s = port, n_ctx, log, wait_s
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> LocalServer:
+        import time
+        import urllib.request
+
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115  (closed with the process)
+        self.proc = subprocess.Popen(serve_command(self.port, self.n_ctx), stdout=out, stderr=subprocess.STDOUT)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + self.wait_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the model server exited with {self.proc.returncode} (log: {self.log})")
+            try:
+                with opener.open(self.base_url + "/models", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(1)
+        self.__exit__()
+        raise RuntimeError(f"the model server did not answer on {self.base_url} within {self.wait_s:.0f}s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sil_runtime.inspect_ext.local", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
