@@ -12,20 +12,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from sil.contract.approval import ApprovalError, frozen_measurement_hash
+from sil.exec.backends import make_backend
+from sil.run.canary import reserve as canary_reserve
+from sil.contract.schema import LoadedContract, run_note
 from sil.base.errors import ExitCode, Halt, Refused
 from sil.base.locks import LockedError, policy_lock, run_lock
-from sil.base.sshsig import SignatureError, Signer
-from sil.contract.approval import ApprovalError, frozen_measurement_hash
-from sil.contract.schema import LoadedContract
-from sil.exec.backends import make_backend
-from sil.exec.startchecks import most_seeds, planned_audits, start_checks
-from sil.integrity.witness import WitnessError, witness_from_env
-from sil.run.canary import reserve as canary_reserve
-from sil.run.replication import power_note, replicate
-from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
 from sil.store.release import champion_diff, promote_to_user, promotion_risks
+from sil.run.replication import replicate
 from sil.store.runstate import RunState
+from sil.base.sshsig import SignatureError, Signer
+from sil.exec.startchecks import most_seeds, planned_audits, start_checks
+from sil.integrity.witness import WitnessError, witness_from_env
 from sil_policy import PolicyError
 
 
@@ -35,6 +34,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     b = c.budget
     k = replicate_k or c.promotion.replicate_k
     backend = make_backend(c.backend)
+    note = run_note(c) if c.backend == "petri" else backend.note
     seeds = most_seeds(root / c.measurement.seed_library)
     plan = planned_audits(c)
     worst = plan.total * backend.audit_cost_bound(c, seeds)
@@ -66,7 +66,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             f"worst-case cost at the audit limit: ${worst:.2f}"
             + (f" + ${mutator_usd:.2f} for the mutator" if mutator_usd else "")
             + (f" + ${canary_usd:.2f} for {canary_checks} judge-drift canary checks" if canary_usd else "")
-            + f" ({backend.note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
+            + f" ({note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
         ]
     )
 

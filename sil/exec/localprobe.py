@@ -45,7 +45,7 @@ def models(base_url: str, model: str, timeout: float = 5.0) -> str | None:
         status, payload = _call(base_url.rstrip("/") + "/models", None, timeout)
     except (OSError, ValueError) as ex:
         reason = getattr(ex, "reason", ex)
-        return f"server unreachable ({reason}); start it (README: use with a real model) or fix base_url"
+        return f"server unreachable ({reason}); start it (docs/local-models.md) or fix base_url"
     if status != 200 or not isinstance(payload, dict):
         return f"server unreachable: GET /models answered HTTP {status}"
     ids = [m.get("id") for m in payload.get("data", []) if isinstance(m, dict)]
