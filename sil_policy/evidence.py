@@ -16,6 +16,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 AUDIT_DIR_ENV = "SIL_AUDIT_DIR"
+# Local runs (`local: true`): the audit counts tokens no server reported by characters, this
+# many to a token (an overcount), and never downloads a tokenizer.
+TOKEN_COUNT_ENV = "SIL_TOKEN_COUNT"
+CHARS_PER_TOKEN_ESTIMATE = 3
 # Petri audits: the metadata key on every target answer holding {surface: sha256 loaded}.
 PETRI_REPORT_KEY = "sil_policy_hashes"
 EVIDENCE_FILE = "evidence.json"

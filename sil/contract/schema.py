@@ -25,6 +25,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil.contract.simparams import SimParams
 from sil_policy import SURFACES, describe_validation_errors
+from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE
+from sil.contract.simparams import SimParams
 
 Backend = Literal["sim", "petri"]
 ROLE_NAMES = ("auditor", "target", "judge", "mutator")
@@ -572,9 +574,6 @@ def approval_free_reason(contract: Contract) -> str:
     if not local:
         return "every role is offline"
     return f"every role is offline or a local model on loopback ({', '.join(local)})"
-
-
-CHARS_PER_TOKEN_ESTIMATE = 3  # local runs: tokens no server reported, estimated from characters (an overcount)
 
 
 def run_note(contract: Contract) -> str:

@@ -47,8 +47,7 @@ from sil.exec.attempts import AuditStateUnknown
 from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
-from sil_policy.evidence import AUDIT_DIR_ENV, Evidence, Usage
-from sil_runtime.inspect_ext.local import TOKEN_COUNT_ENV
+from sil_policy.evidence import AUDIT_DIR_ENV, TOKEN_COUNT_ENV, Evidence, Usage
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")

@@ -21,8 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOKEN_COUNT_ENV = "SIL_TOKEN_COUNT"
-CHARS_PER_TOKEN = 3
+from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE as CHARS_PER_TOKEN
+from sil_policy.evidence import TOKEN_COUNT_ENV
+
 MODEL_ALIAS = "smollm2-135m"
 DEFAULT_PORT = 8765
 INSTALL_HINT = "pip install -e '.[local]' (compiles llama.cpp once: about 13 min of CPU)"
