@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         import llama_cpp.server  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         raise SystemExit(f"llama-cpp-python[server] is not installed: {INSTALL_HINT}") from None
-    return subprocess.call(serve_command(args.port, args.n_ctx, args.threads))
+    cmd = serve_command(args.port, args.n_ctx, args.threads)
+    os.execv(cmd[0], cmd)  # the server takes this process's id: `kill <pid>` stops the server itself
 
 
 if __name__ == "__main__":
