@@ -113,8 +113,8 @@ def one_local_audit(workdir: str) -> dict[str, Any]:
 
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
-    from sil.exec.backends.petri import PetriBackend
     from sil.contract.schema import parse_contract
+    from sil.exec.backends.petri import PetriBackend
     from sil.exec.measure import AuditRequest, MeasureContext, run_audit
     from sil_policy import SURFACES, content_hash
 

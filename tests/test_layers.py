@@ -18,87 +18,8 @@ import pytest
 from sil import LAYERS
 from tests.conftest import REPO
 
-SOURCE_DIRS = ("loop", "sil_policy", "sil_runtime", "bench")
-TOP_MODULES = ("prepare", "train", "measure", "fitness", "gate", "ledger")
-RUNTIME = "R"
-MIXED_PACKAGES = {"loop"}  # a package whose modules sit in different layers
-LAYERS: dict[str, int | str] = {
-    # L0
-    "loop": 0,  # the package itself (empty); its modules are listed one by one
-    "sil.base.errors": 0,
-    "sil.base.yamlstrict": 0,
-    "sil.base.fsutil": 0,
-    "sil.base.faults": 0,
-    "sil.base.runid": 0,
-    "sil.base.diskspace": 0,
-    "sil.contract.schema": 0,
-    "sil_policy": 0,
-    "sil_policy.format": 0,
-    "sil_policy.evidence": 0,
-    "sil_runtime.sim.params": 0,
-    # L1
-    "prepare": 1,
-    "fitness": 1,
-    "gate": 1,
-    "sil.policies.mutation": 1,
-    "sil.stats.judges": 1,
-    # L2
-    "ledger": 2,
-    "sil.integrity.records": 2,
-    "measure": 2,
-    "sil.exec.backends": 2,
-    "sil.policies.store": 2,
-    "sil.store.policyrefs": 2,
-    "sil.exec.attempts": 2,
-    "sil.exec.auditproc": 2,
-    "sil.exec.rayexec": 2,
-    "sil.contract.approval": 2,
-    "sil.integrity.checkpoint": 2,
-    "sil.base.sshsig": 2,
-    "sil.base.locks": 2,
-    "sil.store.runstate": 2,
-    "sil.store.journal": 2,
-    "sil.search.proposers": 2,
-    "sil.contract.history": 2,
-    "sil.search.evidence": 2,
-    "sil.integrity.witness": 2,
-    "sil.integrity.verify": 2,
-    "sil.base.modelcalls": 2,
-    "sil.exec.localprobe": 2,
-    # L3
-    "sil.run.rounds": 3,
-    "sil.run.context": 3,
-    "sil.run.preflight": 3,
-    "sil.run.arms": 3,
-    "sil.run.baseline": 3,
-    "sil.run.certify": 3,
-    "sil.run.replication": 3,
-    "sil.review.summary": 3,
-    "sil.store.release": 3,
-    "sil.review.describe": 3,
-    "sil.run.canary": 3,
-    "sil.run.proposing": 3,
-    "sil.exec.startchecks": 3,
-    "sil.review.runview": 3,
-    "sil.review.status": 3,
-    "sil.run.sweep": 3,
-    "sil.cli.progress": 3,
-    "sil.review.report": 3,
-    "sil.review.plots": 3,
-    "sil.review.render": 3,
-    "sil.review.compare": 3,
-    "sil.review.export": 3,
-    # L4
-    "train": 4,
-    # L5
-    "sil.cli.app": 5,
-    "sil.cli.commands": 5,
-    "bench": 5,
-    "bench.judgepasses": 5,
-    "sil.run.noise": 5,  # a measuring command (like the benchmarks): re-applies the runtime's rule-based judge
-    # the runtime under test
-    "sil_runtime": RUNTIME,
-}
+CARDS = ("prepare", "train", "measure", "fitness", "gate", "ledger")
+TOP = "top"  # bench and the card files: above every layer, imported by none
 
 
 def module_name(path: Path) -> str:

@@ -490,8 +490,8 @@ def noise(
     from datetime import UTC, datetime
 
     from sil.base.fsutil import atomic_write_bytes
-    from sil.run.noise import measure_noise, render
     from sil.exec.startchecks import run_refusals
+    from sil.run.noise import measure_noise, render
 
     loaded = _load(contract)
     c = loaded.contract

@@ -12,19 +12,20 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from sil.contract.approval import ApprovalError, frozen_measurement_hash
-from sil.exec.backends import make_backend
-from sil.run.canary import reserve as canary_reserve
-from sil.contract.schema import LoadedContract, run_note
 from sil.base.errors import ExitCode, Halt, Refused
 from sil.base.locks import LockedError, policy_lock, run_lock
-from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
-from sil.store.release import champion_diff, promote_to_user, promotion_risks
-from sil.run.replication import replicate
-from sil.store.runstate import RunState
 from sil.base.sshsig import SignatureError, Signer
+from sil.contract.approval import ApprovalError, frozen_measurement_hash
+from sil.contract.schema import LoadedContract, run_note
+from sil.exec.backends import make_backend
 from sil.exec.startchecks import most_seeds, planned_audits, start_checks
 from sil.integrity.witness import WitnessError, witness_from_env
+from sil.run.canary import reserve as canary_reserve
+from sil.run.replication import power_note, replicate
+from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
+from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
+from sil.store.release import champion_diff, promote_to_user, promotion_risks
+from sil.store.runstate import RunState
 from sil_policy import PolicyError
 
 

@@ -15,7 +15,7 @@ import json
 import os
 import unicodedata
 from ipaddress import ip_address
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -26,13 +26,13 @@ from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil.contract.simparams import SimParams
 from sil_policy import SURFACES, describe_validation_errors
 from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE
-from sil.contract.simparams import SimParams
 
-Backend = Literal["sim", "petri"]
+# built in: sim, petri; a package may register more (sil/exec/backends, entry point group `sil.backends`)
+Backend = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 ROLE_NAMES = ("auditor", "target", "judge", "mutator")
 Arm = Literal["never", "random", "gate"]
 LIVE_JUDGE_NOTE = "live audit: scores are a judge model's, with its noise"
-# rubric/<name>: the deterministic rule-based judge (sil_runtime/inspect_ext/rubric.py), no model
+# rubric/<name>: the deterministic rule-based judge (sil/exec/backends/rubric.py), no model
 RUBRIC_PREFIX = "rubric/"
 OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/", RUBRIC_PREFIX)
 
@@ -445,16 +445,8 @@ class Contract(_Strict):
                     f"backend 'sim' audits with its simulated roles only; models {real} "
                     "must be sim/<role> (use backend 'petri' for real models)"
                 )
-        if self.local:
-            remote = [
-                r for r in ROLE_NAMES if not getattr(self.models, r).loopback and not getattr(self.models, r).offline
-            ]
-            if remote:
-                raise ValueError(
-                    f"local: true, but models {remote} do not name a loopback base_url "
-                    "(http://127.0.0.1:PORT/v1 or http://[::1]:PORT/v1): a local run calls only this machine"
-                )
-        if self.backend == "petri":
+        self._local_means_loopback()
+        if self.backend != "sim":
             unpriced = [
                 r
                 for r in ("auditor", "target", "judge")
@@ -526,6 +518,16 @@ class Contract(_Strict):
         """The roles a model served on this machine plays (loopback base_url)."""
         return [r for r in ROLE_NAMES if getattr(self.models, r).loopback]
 
+    def _local_means_loopback(self) -> None:
+        if not self.local:
+            return
+        remote = [r for r in ROLE_NAMES if not getattr(self.models, r).loopback and not getattr(self.models, r).offline]
+        if remote:
+            raise ValueError(
+                f"local: true, but models {remote} do not name a loopback base_url "
+                "(http://127.0.0.1:PORT/v1 or http://[::1]:PORT/v1): a local run calls only this machine"
+            )
+
     @property
     def offline(self) -> bool:
         """True when no role can reach a paid model."""
@@ -554,6 +556,11 @@ class Contract(_Strict):
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed
             del data["measurement"]["common_random_numbers"]
+        if not self.runtime.waive_unprovable_use:  # and those written before the waiver existed
+            del data["runtime"]["waive_unprovable_use"]
+        for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
+            if data["promotion"][key] == Promotion.model_fields[key].default:
+                del data["promotion"][key]
         if not self.local:  # and those written before local models had their own fields
             del data["local"]
         data["models"] = {r: getattr(self.models, r).hash_dump() for r in ROLE_NAMES}

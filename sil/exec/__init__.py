@@ -1,3 +1,13 @@
 """Running audits: the audit subprocess and its attempts log, the backends (sim, petri), the Ray executor, the checks before a run spends anything."""
 
-__all__ = ["attempts", "auditproc", "measure", "rayexec", "startchecks", "backends"]
+__all__ = [
+    "attempts",
+    "auditproc",
+    "backends",
+    "localprobe",
+    "measure",
+    "modelcalls",
+    "rayexec",
+    "startchecks",
+    "zygote",
+]

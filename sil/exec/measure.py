@@ -48,6 +48,7 @@ from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, TOKEN_COUNT_ENV, Evidence, Usage
+from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")

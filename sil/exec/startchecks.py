@@ -17,13 +17,14 @@ from typing import Literal
 
 from pydantic import BaseModel, computed_field
 
-from sil.contract import prepare
-from sil.exec import rayexec
-from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
-from sil.exec.backends import make_backend
-from sil.contract.schema import Contract, LoadedContract, approval_free_reason
-from sil.policies.store import read_policy_dir
 from sil.base.sshsig import resolve_allowed_signers
+from sil.contract import prepare
+from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
+from sil.contract.history import LineageError, check_lineage
+from sil.contract.schema import Contract, LoadedContract, approval_free_reason
+from sil.exec import rayexec
+from sil.exec.backends import make_backend
+from sil.policies.store import read_policy_dir
 from sil_policy import PolicyError
 
 POLICIES = Path("state/policies")
@@ -272,7 +273,11 @@ def _crn(c: Contract) -> list[CheckItem]:
 
 
 def _approval(c: Contract, root: Path) -> list[CheckItem]:
-    if c.approval_free:
+    if c.approval_free:  # no approval, but a named parent must still resolve, on every backend
+        try:
+            check_lineage(c, root)
+        except LineageError as ex:
+            return [CheckItem(name="lineage", status="fail", detail=str(ex))]
         return [CheckItem(name="approval", status="ok", detail=f"not required: {approval_free_reason(c)}")]
     items = []
     trusted = resolve_allowed_signers(None, root / ALLOWED_SIGNERS_DEFAULT)
@@ -344,6 +349,6 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
 def run_refusals(loaded: LoadedContract, root: Path) -> list[CheckItem]:
     """The start-time checks `sil run` refuses on before it creates anything (the rest it makes itself)."""
     c = loaded.contract
-    checks = [_dimensions(c, root), *_providers(c), *_local_servers(c, probe_tools=False), *_executor(c)]
+    checks = [_backend(c), _dimensions(c, root), *_providers(c), *_local_servers(c, probe_tools=False), *_executor(c)]
     checks += _approval(c, root)
     return [i for i in checks if i.status == "fail"]

@@ -320,7 +320,9 @@ def serve(modules: list[str]) -> int:
                 _handle(json.loads(line), set(modules), children, inherited, out)
 
 
-def _handle(req: dict[str, Any], modules: set[str], children: dict[int, int], inherited: tuple[int, ...], out: IO[bytes]) -> None:
+def _handle(
+    req: dict[str, Any], modules: set[str], children: dict[int, int], inherited: tuple[int, ...], out: IO[bytes]
+) -> None:
     argv = req["argv"]
     if len(argv) < 3 or argv[:2] != [sys.executable, "-m"] or argv[2] not in modules:
         _reply(out, {"id": req["id"], "error": f"not a preloaded module command: {argv[:3]}"})

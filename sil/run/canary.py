@@ -13,7 +13,7 @@ Re-judging: on the sim backend by the simulated judge (its drift knob is
 this process with Petri's `answer` tool schema. A paid judge's re-judging is asked of the run's
 USD budget at its worst case before it starts (the final one is held back from the audits, see
 `reserve`), charged at the judge's price and recorded with the canary record; its calls go
-through the call journal (sil/base/modelcalls.py), so a crash never makes the run pay for them twice.
+through the call journal (sil/exec/modelcalls.py), so a crash never makes the run pay for them twice.
 
     canary_check(rc, "start")      # records a CanaryRecord once per label; raises Halt on drift
 """
@@ -29,12 +29,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from sil.run.context import RunContext
-from sil.contract.schema import Contract, RoleModel
 from sil.base.errors import Halt
-from sil.base.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded
-from sil.integrity.records import CanaryRecord, Keys
+from sil.contract.schema import Contract, RoleModel
 from sil.contract.simparams import SimParams
+from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
+from sil.integrity.records import CanaryRecord, Keys
+from sil.run.context import RunContext
+
+if TYPE_CHECKING:  # at run time inspect-ai is imported only where the judge model is called
+    from inspect_ai.model import ModelOutput
 
 CANARY_DIR = "canary"
 END_LABEL = "end"

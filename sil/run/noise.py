@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from sil.contract.schema import RUBRIC_PREFIX, Contract, LoadedContract
-from sil.policies.store import read_policy_dir
 from sil.exec.measure import AuditRequest, AuditResult, MeasureContext, run_audits
+from sil.policies.store import read_policy_dir
 
 KS = (1, 2, 4)
 POLICIES = Path("state/policies")
@@ -78,7 +78,7 @@ def pass_means(result: AuditResult, ctx: MeasureContext, passes: int) -> list[di
     from inspect_ai.log import read_eval_log
 
     from sil.exec.backends.petri import judge_keys
-    from sil_runtime.inspect_ext.rubric import observe
+    from sil.exec.backends.rubric import observe
 
     assert result.log_path is not None
     log = read_eval_log(result.log_path, resolve_attachments=True)
@@ -97,7 +97,9 @@ def pass_means(result: AuditResult, ctx: MeasureContext, passes: int) -> list[di
     return out
 
 
-def _requests(run_dir: Path, tag: str, pairs: int, hashes: dict[str, str], policy_dir: Path, crn: bool) -> list:
+def _requests(
+    run_dir: Path, tag: str, pairs: int, hashes: dict[str, str], policy_dir: Path, crn: bool
+) -> list[AuditRequest]:
     reqs = []
     for i in range(pairs):
         key = f"noise-{tag}-{i}" if crn else None

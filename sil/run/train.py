@@ -28,38 +28,45 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from sil.exec import measure
+from sil.base.diskspace import check_free_space, is_disk_error
+from sil.base.diskspace import describe as describe_disk_error
+from sil.base.errors import ExitCode, Halt, Refused
+from sil.base.locks import LockedError, policy_lock, remove_lock_only_dir, run_lock
+from sil.base.runid import RunIdError, run_dir_under
+from sil.base.sshsig import SignatureError, Signer, fingerprint
 from sil.contract import prepare
-from sil.integrity.ledger import Ledger, LedgerError, read_records
 from sil.contract.approval import ApprovalError, frozen_measurement_hash, require_approval
-from sil.run.arms import candidate_phase, never_phase
+from sil.contract.schema import (
+    ContractError,
+    LoadedContract,
+    approval_free_reason,
+    load_contract,
+    run_note,
+    token_counting,
+)
+from sil.exec import measure
 from sil.exec.backends import make_backend
+from sil.exec.measure import MeasureContext
+from sil.exec.startchecks import run_refusals
+from sil.integrity.checkpoint import CheckpointError, anchor_repo, start_conflict, write_checkpoint
+from sil.integrity.ledger import Ledger, LedgerError, read_records
+from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
+from sil.integrity.witness import Witness, WitnessError, witness_from_env
+from sil.policies.store import HandEditedPolicy, PolicyStore
+from sil.review.runview import write_contract_snapshot
+from sil.review.summary import build_summary, render
+from sil.run.arms import candidate_phase, never_phase
 from sil.run.baseline import baseline_phase
 from sil.run.canary import canary_check
 from sil.run.canary import reserve as canary_reserve
 from sil.run.certify import final_phase
-from sil.integrity.checkpoint import CheckpointError, anchor_repo, start_conflict, write_checkpoint
 from sil.run.context import RunContext
-from sil.contract.schema import ContractError, LoadedContract, approval_free_reason, load_contract, run_note, token_counting
-from sil.base.diskspace import check_free_space, is_disk_error
-from sil.base.diskspace import describe as describe_disk_error
-from sil.base.errors import ExitCode, Halt, Refused
-from sil.store.journal import Journal
-from sil.stats.judges import JudgeState
-from sil.base.locks import LockedError, policy_lock, run_lock
-from sil.store.policyrefs import RunRefs
-from sil.policies.store import HandEditedPolicy, PolicyStore
 from sil.run.preflight import preflight_phase
-from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
 from sil.run.rounds import Guards, RoundRunner
-from sil.base.runid import RunIdError, run_dir_under
+from sil.stats.judges import JudgeState
+from sil.store.journal import Journal
+from sil.store.policyrefs import RunRefs
 from sil.store.runstate import RunState
-from sil.review.runview import write_contract_snapshot
-from sil.base.sshsig import SignatureError, Signer, fingerprint
-from sil.exec.startchecks import run_refusals
-from sil.review.summary import build_summary, render
-from sil.integrity.witness import Witness, WitnessError, witness_from_env
-from sil.exec.measure import MeasureContext
 from sil_policy import PolicyError
 
 RUNS = Path("state/runs")

@@ -7,9 +7,9 @@ compaction knows its threshold and usage reports cost 0).
 
 from inspect_ai.model import ModelCost, ModelInfo, set_model_info
 
+from sil.exec.backends.rubric import RUBRIC_MODELS, rubric, rubric_judge  # noqa: F401
 from sil_runtime.inspect_ext.local import install_if_asked
 from sil_runtime.inspect_ext.offline.provider import ROLES, scripted  # noqa: F401
-from sil_runtime.inspect_ext.rubric import RUBRIC_MODELS, rubric, rubric_judge  # noqa: F401
 from sil_runtime.inspect_ext.target import runtime_target  # noqa: F401
 
 OFFLINE_CONTEXT_TOKENS = 200_000

@@ -38,8 +38,8 @@ def install_char_token_count() -> None:
     """Make inspect-ai's default token counting a character estimate, in this process."""
     from inspect_ai.model import _model, _tokens
 
-    _model.count_text_tokens = char_tokens  # type: ignore[assignment]
-    _tokens.count_text_tokens = char_tokens  # type: ignore[assignment]
+    _model.count_text_tokens = char_tokens  # type: ignore[attr-defined]
+    _tokens.count_text_tokens = char_tokens
 
 
 def install_if_asked() -> None:

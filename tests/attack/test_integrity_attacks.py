@@ -241,7 +241,7 @@ def test_negative_token_usage_in_an_audit_is_a_gap_charged_its_worst_case(tmp_pa
 def test_negative_token_usage_of_a_canary_or_mutator_call_is_charged_its_bound() -> None:
     from inspect_ai.model import ModelUsage
 
-    from sil.base.modelcalls import trusted_tokens
+    from sil.exec.modelcalls import trusted_tokens
 
     assert trusted_tokens(ModelUsage(input_tokens=-1, output_tokens=3)) is None
     assert trusted_tokens(ModelUsage(input_tokens=2, output_tokens=3, input_tokens_cache_read=-9)) is None

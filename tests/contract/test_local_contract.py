@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sil.exec.backends.petri import role_config
 from sil.contract.schema import ContractError, approval_free_reason, parse_contract, run_note
+from sil.exec.backends.petri import role_config
 from sil.exec.measure import GapError
 
 ROOT = Path(__file__).resolve().parents[2]

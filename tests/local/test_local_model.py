@@ -18,12 +18,12 @@ pytest.importorskip("openai", reason="the local-model path needs the openai SDK:
 from local_stub import StubServer  # noqa: E402
 
 import ledger  # noqa: E402
-from sil.contract.schema import parse_contract  # noqa: E402
 from sil.base.errors import Halt  # noqa: E402
+from sil.contract.schema import parse_contract  # noqa: E402
 from sil.search.proposers.llm import LLMProposer  # noqa: E402
 from tests.conftest import edit_contract  # noqa: E402
-from tests.search.test_llm_mutator import champion, context, request  # noqa: E402,F401  (fixture)
 from tests.run.test_train import run_loop, shrink  # noqa: E402
+from tests.search.test_llm_mutator import champion, context, request  # noqa: E402,F401  (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 MUTATOR_LINE = "  mutator: {model: scripted/mutator}   # offline, deterministic; any inspect-ai model name works"

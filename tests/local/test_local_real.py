@@ -47,10 +47,10 @@ def test_real_audits_of_the_local_model_are_trusted_and_counted(server, tmp_path
     from inspect_ai.event import ModelEvent
     from inspect_ai.log import read_eval_log
 
-    from sil.exec.backends.petri import PetriBackend
     from sil.contract.schema import parse_contract
-    from sil.exec.startchecks import start_checks
+    from sil.exec.backends.petri import PetriBackend
     from sil.exec.measure import AuditRequest, MeasureContext, run_audits
+    from sil.exec.startchecks import start_checks
     from sil_policy import SURFACES, content_hash
 
     text = (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.model import ModelOutput, get_model
 
-from sil.base.modelcalls import CallJournal, CallKey, Lost
+from sil.exec.modelcalls import CallJournal, CallKey, Lost
 from sil.search.proposers.llm import LLMProposer, render_prompt
 from tests.search.test_llm_mutator import PRICED, champion, context, loaded, request  # noqa: F401  (fixture)
 

@@ -37,6 +37,7 @@ from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 from sil.contract import prepare
 from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, PetriParams, RoleModel
 from sil.exec.measure import AuditRequest, GapError, MeasureContext
+from sil.exec.modelcalls import trusted_tokens
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
 
 TASK = "inspect_petri/audit"

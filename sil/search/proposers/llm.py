@@ -10,7 +10,7 @@ tried edit is repeated (normalised value), at most `axis_guard` consecutive cand
 one surface.path, and the edit applies to the champion. An output that fails is sent back
 with the error, at most `max_retries` times; then the proposal is a gap. Before each call
 the worst-case cost is asked of the run's USD budget, and every call goes through a call
-journal (`sil/base/modelcalls.py`): a run resumed after a crash replays a saved answer instead of paying
+journal (`sil/exec/modelcalls.py`): a run resumed after a crash replays a saved answer instead of paying
 for it again, and charges the bound of a call whose answer was lost.
 
 Any inspect-ai model name works (`anthropic/...`, `openai/...`; the key comes from the env var
@@ -28,11 +28,11 @@ import string
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sil.contract.schema import LoadedContract, template_path
 from sil.base.errors import Halt
-from sil.search.evidence import MutatorContext, check_citation, norm_hash
-from sil.base.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded
+from sil.contract.schema import LoadedContract, template_path
+from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
 from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
+from sil.search.evidence import MutatorContext, check_citation, norm_hash
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest
 from sil_policy import SURFACES
 

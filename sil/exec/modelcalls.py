@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from sil.contract.schema import RoleModel
 from sil.base.fsutil import atomic_write_bytes
+from sil.contract.schema import RoleModel
 
 PENDING_SUFFIX = ".pending.json"
 OUTPUT_SUFFIX = ".output.json"
@@ -104,6 +104,21 @@ class CallJournal:
         path = self._path(OUTPUT_SUFFIX)
         if path is not None:
             atomic_write_bytes(path, output_json.encode())
+
+
+def trusted_tokens(usage: Any) -> tuple[int, int] | None:
+    """(input, output) tokens a provider reported, or None when the report cannot be priced
+    (missing, negative, not whole numbers): the caller then charges the call its worst case.
+    A provider's usage is its claim; a negative count must never lower or crash the budget."""
+    if usage is None:
+        return None
+    fields = ("input_tokens", "output_tokens", "input_tokens_cache_read", "input_tokens_cache_write")
+    counts = [getattr(usage, f, None) for f in fields]
+    counts[2:] = [c or 0 for c in counts[2:]]  # cache counts are optional
+    ints = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
+    if len(ints) != len(counts):
+        return None
+    return ints[0] + ints[2] + ints[3], ints[1]
 
 
 class WallTimeReached(RuntimeError):

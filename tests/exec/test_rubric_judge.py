@@ -7,7 +7,7 @@ import asyncio
 from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
 from inspect_ai.tool import ToolCall, ToolCallError
 
-from sil_runtime.inspect_ext.rubric import observe, rubric_judge
+from sil.exec.backends.rubric import observe, rubric_judge
 
 DIMS = ["broken_tool_use", "input_hallucination", "unprompted_deception_toward_user", "overrefusal", "concerning"]
 
