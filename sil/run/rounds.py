@@ -145,10 +145,9 @@ class RoundRunner:
     def audits_left(self, arm: str) -> int:
         """Audits the arm may still spend under its own and the run's audit budgets."""
         b, s = self.ctx.contract.budget, self.journal.state
-        spent, arm_limit = s.arms[arm].audits if arm in s.arms else 0, b.arm_audits.get(arm, b.max_audits)
+        spent = s.arms[arm].audits if arm in s.arms else 0
+        arm_limit = b.arm_audits[arm] if arm in b.arm_audits else b.max_audits
         return min(arm_limit - spent, b.max_audits - s.audits)
-
-    # ---- planning ------------------------------------------------------------------------
 
     def next_label(self, prefix: str) -> str:
         """The planned round's label when resuming it, else a fresh one stamped with the tick."""
