@@ -223,7 +223,7 @@ def suite(figures: list[Figure]) -> None:
         slot["note"] = f"exit {proc.returncode}: {tail[0][-120:]}"
 
 
-def header(command: str) -> list[str]:
+def header(command: str, runs: str) -> list[str]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=REPO, capture_output=True, text=True)
     cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "?")
@@ -233,6 +233,7 @@ def header(command: str) -> list[str]:
         f"- command: `{command}`",
         f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- commit: {commit.stdout.strip()}{' (with uncommitted changes)' if dirty.stdout.strip() else ''}",
+        f"- runs: {runs}",
         f"- machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}",
         f"- load average at start (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}",
@@ -264,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", action="store_true", help="also time the default test suite (long)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT.relative_to(REPO)})")
     args = ap.parse_args(argv)
-    head = header("python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]))
+    head = header(
+        "python -m bench.speed " + " ".join(argv if argv is not None else sys.argv[1:]),
+        f"{args.audits} audits per path for the overhead, one default run, 5 start-ups",
+    )
     figures: list[Figure] = []
     audit_overhead(args.audits, figures)
     sil_version(figures)

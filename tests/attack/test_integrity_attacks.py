@@ -183,7 +183,7 @@ def canary_rc(tmp_path: Path, limit: float = 1.0):
     return SimpleNamespace(
         contract=contract,
         measure=SimpleNamespace(measurement_root=REPO / "measurement"),
-        rounds=SimpleNamespace(reserve_usd=0.0, usd_left=lambda bound: None),
+        rounds=SimpleNamespace(reserve_usd=0.0, usd_left=lambda bound: None, wall_left=lambda: None),
         state=SimpleNamespace(tick=0, usd=0.0),
         run_dir=tmp_path,
         book=Book(),
@@ -470,6 +470,7 @@ def test_a_run_refused_inside_the_lock_leaves_no_run_folder(tmp_path: Path, monk
     from typer.testing import CliRunner
 
     from sil.base.errors import Refused
+    from sil.cli import commands  # noqa: F401 - imported now, it binds the real open_run, not the patch
     from sil.cli.app import app
     from sil.run import train
     from tests.cli.test_cli import make_workspace

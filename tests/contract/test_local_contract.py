@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,13 @@ def contract(text: str = LOCAL):
 
 
 def test_contracts_without_the_new_fields_keep_their_hash() -> None:
-    offline = parse_contract((ROOT / "examples" / "program-petri-offline.md").read_text()).contract
-    # the hash of this contract before the local fields existed (commit 9b0a7c2)
+    # the example as it was before the local fields existed (commit 9b0a7c2), and its hash then
+    old = subprocess.run(
+        ["git", "show", "9b0a7c2:examples/program-petri-offline.md"], cwd=ROOT, capture_output=True, text=True
+    )
+    if old.returncode != 0:
+        pytest.skip("this clone lacks commit 9b0a7c2's history")
+    offline = parse_contract(old.stdout).contract
     assert offline.contract_hash == "f6d73e0af7d667c4957dafb11befd83a28e217d41a2ec7192ece84fc082150b6"
     canonical = json.loads(offline.canonical_json())
     assert "local" not in canonical and "base_url" not in canonical["models"]["target"]

@@ -111,7 +111,7 @@ def test_local_runs_never_import_ray(workspace: Path) -> None:
     import subprocess
 
     code = (
-        "import sys, measure; from sil.contract.schema import load_contract; from sil.run.rounds import RoundRunner; "
+        "import sys; from sil.exec import measure; from sil.contract.schema import load_contract; "
         "c = load_contract(__import__('pathlib').Path('program.md')).contract; "
         "ctx = measure.MeasureContext.from_contract(c, __import__('pathlib').Path('.')); "
         "measure.runner_for(ctx, __import__('pathlib').Path('state/runs/x/audits')); "

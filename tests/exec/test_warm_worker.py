@@ -208,7 +208,7 @@ def test_without_a_worker_audits_run_as_plain_subprocesses(workspace, ctx, monke
 
 def test_the_worker_exits_when_its_loop_is_gone(tmp_path) -> None:
     code = (
-        "import os, sys; from loop import zygote\n"
+        "import os, sys; from sil.exec import zygote\n"
         "w = zygote.Zygote(('tests.warm_probe',), {'PATH': os.environ['PATH'], 'PYTHONPATH': sys.argv[1]})\n"
         "print(w.proc.pid, flush=True); os._exit(0)\n"
     )
