@@ -32,8 +32,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from sil.base.errors import ExitCode, Refused
-from sil.contract.schema import ContractError, LoadedContract, load_contract
-from sil.integrity import ledger as ledger_mod
 
 if TYPE_CHECKING:
     from sil.contract.schema import LoadedContract
@@ -147,6 +145,7 @@ def _write_outputs(files: dict[Path, str]) -> None:
 
 
 def _load(path: Path) -> LoadedContract:
+    from sil.contract.schema import ContractError, load_contract
 
     try:
         return load_contract(_user_path(path))
@@ -367,6 +366,7 @@ def ledger_show(
     type_: Annotated[str | None, typer.Option("--type", help="Only records of this type.")] = None,
 ) -> None:
     """Print a run's ledger readably."""
+    from sil.integrity import ledger as ledger_mod
     from sil.integrity.records import RECORD_TYPES
     from sil.review.describe import describe
     from sil.review.runview import load_run
