@@ -665,16 +665,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--tolerances", type=float, nargs="+", help="harm tolerances (default: the contract's)")
     ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="promotion overrides")
     ap.add_argument("--arms", action="store_true", help="the contract's three arms with its arm budgets")
+    ap.add_argument(
+        "--entries", help="proposer:rule pairs, e.g. mutator:gate,oracle:oracle_gate (instead of proposers x rules)"
+    )
     args = ap.parse_args(argv)
     names = tuple(n for n in args.proposers.split(",") if n)
     rules = tuple(n for n in args.rules.split(",") if n)
+    pairs = [tuple(e.split(":", 1)) for e in (args.entries or "").split(",") if e]
+    if args.entries:
+        names = tuple(dict.fromkeys(p[0] for p in pairs))
+        rules = tuple(dict.fromkeys(p[-1] for p in pairs))
     bad = [n for n in names if n not in PROPOSER_NAMES] + [r for r in rules if r not in RULES]
     if bad or args.runs < 1 or args.budget < 60:
         ap.error(
             f"--proposers from {', '.join(PROPOSER_NAMES)}; --rules from {', '.join(RULES)}; --runs >= 1; "
             f"--budget >= 60 (got {bad or ''})"
         )
-    args.entries = tuple((n, r) for r in rules for n in names)
+    if any(len(p) != 2 for p in pairs):
+        ap.error(f"--entries takes proposer:rule pairs, got {args.entries!r}")
+    args.entries = tuple(pairs) if pairs else tuple((n, r) for r in rules for n in names)
     return args
 
 

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
-from sil.exec.startchecks import planned_audits
 from sil.integrity.verify import verify_chain_and_checkpoints
 from sil.review.runview import LEDGER, RunView
 from sil.store.champion import ChampionStatus, champions
@@ -124,6 +123,8 @@ def _current(view: RunView) -> tuple[str | None, str | None, int | None]:
 
 
 def run_status(view: RunView) -> RunStatus:
+    from sil.exec.startchecks import planned_audits  # not at import: `sil runs` needs no run planner
+
     s, c = view.state, view.contract
     plan = planned_audits(c) if c else None
     arm, candidate, look = _current(view)

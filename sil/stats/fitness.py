@@ -24,12 +24,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from sil.contract.schema import Promotion
+
+if TYPE_CHECKING:  # numpy loads on first use: reading a run (sil runs, status) needs none
+    import numpy as np
 
 # Scores are integers averaged over ~10 seeds: a dimension pinned at the floor in every A/A
 # pair gives a pooled SD of exactly 0, which would make any nonzero difference an infinite
@@ -51,6 +53,8 @@ def score_matrix(
     dimensions absent or None are missing, never zero. Dimensions in `higher_better` are
     flipped (FLIP_SUM - score), so lower is better in every column.
     """
+    import numpy as np
+
     unknown = sorted(set(scores) - set(seed_ids))
     if unknown:
         raise ValueError(
@@ -97,6 +101,8 @@ def bound_missing(candidate: np.ndarray, champion: np.ndarray) -> tuple[np.ndarr
     Lower is better, so a missing candidate cell can only count against the candidate: when
     failing seeds go unscored (missing not at random), dropping them would flatter it.
     """
+    import numpy as np
+
     gap = np.isnan(candidate) & ~np.isnan(champion)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column has no worst score
@@ -121,6 +127,8 @@ def paired_round(
     `trim` maps a dimension to the share of seed differences cut at each end before the mean
     (a robust location for heavy-tailed audits; the noise pool sees the same statistic).
     """
+    import numpy as np
+
     candidate = np.asarray(candidate, dtype=float)
     champion = np.asarray(champion, dtype=float)
     if candidate.shape != champion.shape or candidate.ndim != 2:
@@ -193,6 +201,8 @@ class NoiseEstimate(BaseModel):
 
     def composite(self, weights: Mapping[str, float]) -> tuple[float, int] | None:
         """SD and df of sum_d w_d X_d, or None if a dimension has no estimate."""
+        import numpy as np
+
         dims = list(weights)
         if not dims or any(d not in self.sigma for d in dims):
             return None
@@ -272,6 +282,8 @@ class NoisePool(BaseModel):
                 self.se2_n[dim] = self.se2_n.get(dim, 0) + 1
 
     def estimate(self) -> NoiseEstimate:
+        import numpy as np
+
         sigma = {d: max(math.sqrt(self.ss[d] / df), MIN_SIGMA) for d, df in self.df.items() if df >= 1}
         df = {d: self.df[d] for d in sigma}
         corr: dict[str, dict[str, float]] = {}
@@ -296,6 +308,8 @@ class NoisePool(BaseModel):
 
 
 def _half_difference(levels: Sequence[float]) -> float:
+    import numpy as np
+
     half = len(levels) // 2
     return float(np.mean(levels[half:]) - np.mean(levels[:half]))
 
@@ -311,6 +325,8 @@ def interval(
     With `noise`, the pooled SD and its df are used (tighter, and defined from one round);
     otherwise the rounds' own between-round SD (needs two rounds). None if not estimable.
     """
+    import numpy as np
+
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     xs = np.array([r.diff[dim] for r in rounds if r.diff.get(dim) is not None], dtype=float)

@@ -30,13 +30,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sil.contract.schema import Promotion
 from sil.stats.fitness import NoiseEstimate, RoundStat
+
+if TYPE_CHECKING:  # numpy and scipy load on first use: reading a run (sil runs, status) needs neither
+    import numpy as np
 
 GRID_STEP = 0.02  # integration step for the boundary recursion, in units of one round's SD
 GRID_HALF_WIDTH_SD = 9.0  # grid reaches this many SDs of S_K beyond the boundaries
@@ -55,7 +57,8 @@ Spending = Literal["obf", "pocock"]
 
 def obf_spending(alpha: float, looks: int) -> np.ndarray:
     """Alpha spent at each of `looks` equally spaced looks: a*(t) = 2 - 2 Phi(z_{1-a/2}/sqrt t)."""
-    from scipy import stats  # on first use: reading a run needs no scipy
+    import numpy as np
+    from scipy import stats
 
     z = stats.norm.isf(alpha / 2)
     t = np.arange(1, looks + 1) / looks
@@ -66,6 +69,8 @@ def obf_spending(alpha: float, looks: int) -> np.ndarray:
 def pocock_spending(alpha: float, looks: int) -> np.ndarray:
     """Lan-DeMets Pocock-type spending a*(t) = alpha ln(1 + (e - 1) t): spends early, so a
     leg with ample evidence crosses in fewer rounds (at a higher last boundary than OBF)."""
+    import numpy as np
+
     t = np.arange(1, looks + 1) / looks
     cumulative = np.concatenate([[0.0], alpha * np.log1p((math.e - 1) * t)])
     return np.diff(cumulative)
@@ -85,7 +90,8 @@ def obf_boundaries(alpha: float, looks: int, spending: Spending = "obf") -> tupl
     space, so increments as small as 1e-16 (early looks at small alpha) stay accurate.
     c_k = inf when nothing is spent at look k.
     """
-    from scipy import stats  # on first use: reading a run needs no scipy
+    import numpy as np
+    from scipy import stats
 
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -112,7 +118,8 @@ def _crossing_cut(mass: np.ndarray | None, grid: np.ndarray, target: float) -> f
 
     P(S_k <= s, ...) = sum_u mass_{k-1}(u) Phi(s - u), monotone in s: solved by bisection.
     """
-    from scipy import optimize, special, stats  # on first use: reading a run needs no scipy
+    import numpy as np
+    from scipy import optimize, special, stats
 
     if target <= 1e-300:
         return -math.inf
@@ -136,7 +143,8 @@ def _crossing_cut(mass: np.ndarray | None, grid: np.ndarray, target: float) -> f
 @lru_cache(maxsize=8192)
 def t_boundaries(alpha: float, looks: int, df: int | None, spending: Spending = "obf") -> tuple[float, ...]:
     """Boundaries moved to the t scale: c' = F^-1_{t,df}(Phi(c)). df None = known sigma."""
-    from scipy import stats  # on first use: reading a run needs no scipy
+    import numpy as np
+    from scipy import stats
 
     z = obf_boundaries(alpha, looks, spending)
     if df is None:

@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from sil.contract.schema import Promotion
@@ -119,6 +118,8 @@ class CoinJudge:
     def judge(
         self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget, index: int
     ) -> tuple[Trial, Outcome]:
+        import numpy as np
+
         coin = float(np.random.default_rng([self.run_seed, COIN_STREAM, index]).random())
         verdict: Verdict = "keep" if coin < RANDOM_ACCEPT_P else "revert"
         trial = trial.model_copy(update={"screen": stat})

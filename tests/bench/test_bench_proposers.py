@@ -24,3 +24,14 @@ def test_bench_writes_rows_and_the_oracle_never_ends_worse(tmp_path: Path) -> No
         # the oracle only proposes edits that truly help: a kept one can never make things worse
         assert run["oracle"]["final_target"] <= 0.0
         assert run["catalogue"]["audits"] <= 80 and run["oracle"]["audits"] <= 80
+
+
+def test_entries_pick_exact_pairs_and_refuse_a_malformed_one() -> None:
+    from bench.proposers import parse_args
+
+    args = parse_args(["--entries", "mutator:gate,oracle:oracle_gate"])
+    assert args.entries == (("mutator", "gate"), ("oracle", "oracle_gate"))
+    assert len(parse_args(["--proposers", "mutator,oracle", "--rules", "gate,oracle_gate"]).entries) == 4
+    for bad in ("mutator", "mutator:nope", "wizard:gate"):
+        with pytest.raises(SystemExit):
+            parse_args(["--entries", bad])
