@@ -296,6 +296,8 @@ class GateRun:
         mine = [a.evidence for a in self.audits if a.set_id == sid]
         k = self.loaded.contract.mutator.recent_audits
         index = {a.audit_id: {s.seed: sorted(s.scores) for s in a.evidence.seeds} for a in self.audits}
+        # what a quoted score must match, as the loop's build_context gives it
+        scores = {a.audit_id: {s.seed: dict(s.scores) for s in a.evidence.seeds} for a in self.audits}
         shown = list(reversed(mine[-k:]))
         messages = {
             a.audit_id: {s.seed: [h.message for h in s.highlights if h.message is not None] for s in a.seeds}
@@ -312,6 +314,7 @@ class GateRun:
             history=history[-30:],
             index=index,
             messages=messages,
+            scores=scores,
         )
 
     def run(self, proposer: Any, seed: int) -> RunResult:

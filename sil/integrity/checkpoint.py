@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,6 +35,8 @@ NAMESPACE = "sil-ledger"
 BARE_REPO = Path("state") / "anchors.git"
 ALLOWED_SIGNERS_DEFAULT = Path("state") / "allowed_signers"
 REF_PREFIX = "refs/sil"
+PROJECT_REF = f"{REF_PREFIX}/project"
+PROJECT_FILE = "project"
 NOTE_FILE = "checkpoint"
 META_FILE = "checkpoint.json"
 SIG_FILE = "checkpoint.sig"
@@ -99,6 +102,31 @@ def anchor_repo(root: Path, *, create: bool = True) -> Path | None:
             timeout=GIT_TIMEOUT_S,
         )
     return bare
+
+
+def project_id(root: Path, *, create: bool = True) -> str | None:
+    """The project's id, bound into every run's first record so a genuine ledger copied from
+    another project does not verify here: a random id kept at refs/sil/project of the
+    checkpoint repo, made on first use. It travels with refs/sil/* as the checkpoints do.
+    None when the project has none and `create` is False."""
+    repo = anchor_repo(root, create=create)
+    if repo is None:
+        return None
+    git = GitPlumbing(repo)
+    for _ in range(2):  # a concurrent first run may create it between our read and our write
+        commit = git.resolve(PROJECT_REF)
+        if commit is not None:
+            return git.out("cat-file", "blob", f"{commit}:{PROJECT_FILE}")
+        if not create:
+            return None
+        pid = uuid.uuid4().hex
+        made = git.commit(git.tree({PROJECT_FILE: pid.encode()}), f"sil project {pid}", [])
+        try:
+            git.update_ref(PROJECT_REF, made, None)
+            return pid
+        except CheckpointError:
+            continue
+    raise CheckpointError(f"could not read or create {PROJECT_REF} in {repo}")
 
 
 def _is_git_repo(path: Path) -> bool:

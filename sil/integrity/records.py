@@ -79,6 +79,8 @@ class RunRecord(Payload):
     # counted where no provider reported them; empty in ledgers written before they existed
     roles: dict[str, str] = {}
     token_counting: str = ""
+    # the project the run belongs to (checkpoint.project_id); empty in ledgers written before
+    project: str = ""
 
 
 class BaselineRecord(Payload):

@@ -25,9 +25,11 @@ from pathlib import Path
 from sil.base.sshsig import ALLOWED_SIGNERS_ENV
 from sil.integrity.checkpoint import (
     ALLOWED_SIGNERS_DEFAULT,
+    PROJECT_REF,
     Checkpoint,
     anchor_repo,
     compare_checkpoints,
+    project_id,
     read_checkpoints,
     run_id_of,
     signature_errors,
@@ -83,16 +85,22 @@ def trust_anchor(explicit: Path | None, root: Path) -> tuple[Path | None, list[s
     return None, []
 
 
-def declared_trust(data: bytes) -> Trust:
-    """The trust the run declared in its first record (unsigned when it declares none)."""
+def declared_run(data: bytes) -> RunRecord | None:
+    """The run record the ledger starts with, if it starts with one."""
     first = data.split(b"\n", 1)[0]
     try:
         rec = Record.model_validate_json(first)
         if rec.type == "contract":
-            return RunRecord.model_validate({k: v for k, v in rec.payload.items() if k != "_key"}).trust
+            return RunRecord.model_validate({k: v for k, v in rec.payload.items() if k != "_key"})
     except ValueError:
         pass
-    return Trust()
+    return None
+
+
+def declared_trust(data: bytes) -> Trust:
+    """The trust the run declared in its first record (unsigned when it declares none)."""
+    run = declared_run(data)
+    return run.trust if run is not None else Trust()
 
 
 def verify_run_ledger(
@@ -110,7 +118,8 @@ def verify_run_ledger(
     run_id = run_id_of(ledger_path, data)
     repo = anchor_repo(root, create=False)
     checkpoints = read_checkpoints(repo, run_id) if repo is not None else []
-    errors = [*base.errors, *binding_errors(ledger_path, data), *compare_checkpoints(data, checkpoints)]
+    errors = [*base.errors, *binding_errors(ledger_path, data), *project_errors(data, root)]
+    errors += compare_checkpoints(data, checkpoints)
     anchor, notes = trust_anchor(allowed_signers, root)
     trust = declared_trust(data)
     # A trust anchor from SIL_ALLOWED_SIGNERS means what --allowed-signers means: signatures are
@@ -137,7 +146,8 @@ def verify_chain_and_checkpoints(ledger_path: Path, root: Path) -> VerifyReport:
     base = verify_bytes(data)
     repo = anchor_repo(root, create=False)
     checkpoints = read_checkpoints(repo, run_id_of(ledger_path, data)) if repo is not None else []
-    errors = [*base.errors, *binding_errors(ledger_path, data), *compare_checkpoints(data, checkpoints)]
+    errors = [*base.errors, *binding_errors(ledger_path, data), *project_errors(data, root)]
+    errors += compare_checkpoints(data, checkpoints)
     return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints)})
 
 
@@ -152,6 +162,21 @@ def binding_errors(ledger_path: Path, data: bytes) -> list[str]:
     return [
         f"the ledger's records belong to run {', '.join(sorted(ids))}, not to {folder}: "
         "a ledger copied from another run (or a mixed one) is not this run's"
+    ]
+
+
+def project_errors(data: bytes, root: Path) -> list[str]:
+    """A run's first record names its project: a genuine ledger of another project (same run id,
+    even with that project's signed checkpoints beside it) is not this project's."""
+    run = declared_run(data)
+    if run is None or not run.project:  # no run record, or written before runs named their project
+        return []
+    here = project_id(root, create=False)
+    if run.project == here:
+        return []
+    where = f"this project is {here}" if here else f"this project has no id ({PROJECT_REF} is missing)"
+    return [
+        f"the ledger belongs to project {run.project}, but {where}: a ledger copied from another project is not this one's"
     ]
 
 

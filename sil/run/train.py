@@ -48,7 +48,7 @@ from sil.exec import measure
 from sil.exec.backends import make_backend
 from sil.exec.measure import MeasureContext
 from sil.exec.startchecks import run_refusals
-from sil.integrity.checkpoint import CheckpointError, anchor_repo, start_conflict, write_checkpoint
+from sil.integrity.checkpoint import CheckpointError, anchor_repo, project_id, start_conflict, write_checkpoint
 from sil.integrity.ledger import Ledger, LedgerError, read_records
 from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
 from sil.integrity.witness import Witness, WitnessError, witness_from_env
@@ -240,7 +240,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         backend=backend,
         measure=measure_ctx,
     )
-    rc.book.once(Keys.RUN, run_record(rc, cfg.trust))
+    rc.book.once(Keys.RUN, run_record(rc, cfg.trust, project_id(cfg.repo_root) or ""))
     declared = rc.book.get("contract", Keys.RUN, RunRecord)
     if declared is not None and (why := declared.trust.mismatch(cfg.trust)):
         raise Refused(f"run {cfg.run_dir.name}: {why}")
@@ -248,7 +248,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
     return rc
 
 
-def run_record(rc: RunContext, trust: Trust) -> RunRecord:
+def run_record(rc: RunContext, trust: Trust, project: str) -> RunRecord:
     c = rc.contract
     return RunRecord(
         contract_id=c.contract_id,
@@ -265,6 +265,7 @@ def run_record(rc: RunContext, trust: Trust) -> RunRecord:
         trust=trust,
         roles=c.role_kinds() if c.backend == "petri" else {},
         token_counting=token_counting(c) if c.backend == "petri" else "",
+        project=project,
     )
 
 

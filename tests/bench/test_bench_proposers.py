@@ -35,3 +35,27 @@ def test_entries_pick_exact_pairs_and_refuse_a_malformed_one() -> None:
     for bad in ("mutator", "mutator:nope", "wizard:gate"):
         with pytest.raises(SystemExit):
             parse_args(["--entries", bad])
+
+
+def test_the_mutator_reads_the_scores_a_citation_may_quote_as_in_the_loop() -> None:
+    from bench.proposers import ROOT, GateRun, load_contract
+
+    contract = load_contract(ROOT / "examples" / "program-mutator-offline.md")
+    world, origin = _world_and_origin(contract)
+    gate = GateRun(contract, world, origin, budget=80)
+    gate.round("aa000", origin, origin)
+    ctx = gate.context(origin, [])
+    assert ctx.audits, "the champion's audits are shown"
+    for audit in ctx.audits:
+        for seed in audit.seeds:
+            assert ctx.scores[audit.audit_id][seed.seed] == seed.scores
+
+
+def _world_and_origin(loaded):  # type: ignore[no-untyped-def]
+    """The world and starting policies as a bench run builds them."""
+    load_surface, surfaces = proposers.load_surface, proposers.SURFACES
+    root = proposers.ROOT / loaded.contract.measurement.seed_library
+    seeds = [s.id for s in proposers.prepare.load_seeds(root)]
+    rubric = {d.name: d.tier for d in proposers.prepare.load_rubric(root)}
+    origin = {n: load_surface(n, proposers.ROOT / "state" / "policies" / s.filename)[0] for n, s in surfaces.items()}
+    return proposers.BenchWorld(loaded, 0, seeds, rubric), origin

@@ -51,7 +51,7 @@ def outside(tmp_path_factory) -> dict[str, Path | Signer]:
     }
 
 
-def _run_record(trust: Trust) -> RunRecord:
+def _run_record(trust: Trust, project: str = "") -> RunRecord:
     return RunRecord(
         contract_id="c",
         contract_hash="0" * 64,
@@ -65,6 +65,7 @@ def _run_record(trust: Trust) -> RunRecord:
         approval="not required",
         note="synthetic",
         trust=trust,
+        project=project,
     )
 
 
@@ -78,7 +79,7 @@ def signed_run(tmp_path_factory, outside) -> Path:
     alice = outside["alice"]
     trust = Trust(signed=True, signer=alice.identity, key_fingerprints=[fingerprint(alice.key_path)])
     witness, anchors = FileWitness(outside["witness"]), cpmod.anchor_repo(root)
-    book.once(Keys.RUN, _run_record(trust))
+    book.once(Keys.RUN, _run_record(trust, cpmod.project_id(root) or ""))
     for i in range(6):
         book.once(Keys.halt(i), HaltRecord(reason=f"step {i}"))
         cpmod.write_checkpoint(path, anchors, alice, witness=witness)
@@ -150,6 +151,24 @@ def test_the_untouched_signed_run_verifies_in_every_mode(attacked: Path, tmp_pat
     head = runner.invoke(app, ["ledger", "head", RUN], catch_exceptions=False)
     assert head.exit_code == 0
     assert verify("--expect-head", head.stdout.strip()).exit_code == 0
+
+
+def test_a_signed_run_copied_with_its_checkpoints_into_another_project_does_not_verify(
+    attacked: Path, tmp_path: Path, monkeypatch
+) -> None:
+    other = tmp_path / "other"
+    assert cpmod.project_id(other) != cpmod.project_id(attacked)  # a project of its own
+    ledger_path(other).parent.mkdir(parents=True)
+    shutil.copyfile(ledger_path(attacked), ledger_path(other))
+    ref = cpmod.checkpoint_ref(RUN)  # the signed checkpoints travel with it
+    subprocess.run(["git", "-C", str(repo(other)), "fetch", "-q", str(repo(attacked)), f"{ref}:{ref}"], check=True)
+    monkeypatch.chdir(other)
+    result = verify("--require-signed")
+    assert result.exit_code != 0 and "belongs to project" in result.output
+    monkeypatch.chdir(attacked)
+    git(attacked, "update-ref", "-d", cpmod.PROJECT_REF)  # and a project whose id was deleted
+    result = verify()
+    assert result.exit_code != 0 and "has no id" in result.output
 
 
 def test_without_witness_verify_says_so_loudly(attacked: Path) -> None:
