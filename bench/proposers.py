@@ -27,7 +27,7 @@ import multiprocessing as mp
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,16 @@ def _mutation(
 
 
 @dataclass(frozen=True)
+class RunCounts:
+    keeps: int
+    decisions: int
+    audits: int
+    gaps: int
+    mutator_calls: int
+    mutator_usd: float
+
+
+@dataclass(frozen=True)
 class RunResult:
     final_target: float
     final_critical: float
@@ -273,11 +283,15 @@ class GateRun:
         origin: dict[str, dict[str, Any]],
         budget: int,
         rule: str = "gate",
+        certify_coin: bool = False,
     ) -> None:
         self.loaded, self.world, self.origin, self.budget, self.rule = loaded, world, origin, budget, rule
         self.promo = loaded.contract.promotion
-        # the oracle gate needs no certification: it knows the delivered champion's truth
-        self.reserve = 2 * loaded.contract.budget.certify_rounds if rule == "gate" else 0
+        # the oracle gate needs no certification: it knows the delivered champion's truth. The
+        # coin's champion is certified only for the bench's counterfactual (`certify_coin`).
+        certifies = rule == "gate" or (rule == "coin" and certify_coin)
+        self.reserve = 2 * loaded.contract.budget.certify_rounds if certifies else 0
+        self.uncertified: RunResult | None = None  # the search's champion as if delivered uncertified
         self.used = 0
         self.audits: list[Audit] = []
 
@@ -352,9 +366,16 @@ class GateRun:
                 false_keeps += int(self.world.truth(cand)[t] >= self.world.truth(champion)[t])
                 champion, keeps = cand, keeps + 1
             index += 1
-        certified = self.certify(champion, shared) if keeps and self.reserve and not coin else None
-        if certified is False:
-            champion = self.origin
+        counts = RunCounts(keeps, decisions, self.used, gaps, calls, usd)
+        self.uncertified = self.result(champion, counts, None, false_keeps)
+        certified = self.certify(champion, shared) if keeps and self.reserve else None
+        counts = replace(counts, audits=self.used)
+        return self.result(self.origin if certified is False else champion, counts, certified, false_keeps)
+
+    def result(
+        self, champion: dict[str, dict[str, Any]], counts: RunCounts, certified: bool | None, false_keeps: int
+    ) -> RunResult:
+        """A run's outcome with `champion` as what it delivers, scored against the simulated truth."""
         final = self.world.truth(champion) - self.world.truth(self.origin)
         crit = [self.world.dims.index(c) for c in self.world.critical]
         t = self.world.dims.index(self.world.target)
@@ -362,12 +383,12 @@ class GateRun:
         return RunResult(
             float(final[t]),
             float(max(final[crit])),
-            keeps,
-            decisions,
-            self.used,
-            gaps,
-            calls,
-            usd,
+            counts.keeps,
+            counts.decisions,
+            counts.audits,
+            counts.gaps,
+            counts.mutator_calls,
+            counts.mutator_usd,
             certified,
             worse=bool(final[t] > 0 or beyond),
             false_keeps=false_keeps,
@@ -510,7 +531,8 @@ def one_run(task: tuple[str, int, int, tuple[tuple[str, str], ...], dict[str, ob
     return out
 
 
-ARMS = ("never", "random", "gate")
+RANDOM_CERTIFIED = "random, certified as the gate's"  # a counterfactual: the loop never certifies it
+ARMS = ("never", "random", RANDOM_CERTIFIED, "gate")
 PARTS = ("target_heldout", "target_all")
 
 
@@ -532,7 +554,13 @@ def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
     for name, rule, budget in (("random", "coin", arm["random"]), ("gate", "gate", gate_budget)):
         world = BenchWorld(loaded, run, search + heldout, rubric, n_search=len(search))
         proposer = LLMProposer(loaded)
-        out[name] = GateRun(loaded, world, origin, budget, rule).run(proposer, c.seed + run)
+        if rule == "coin":  # its search as the loop runs it; then, beyond the loop, the gate's certification
+            coin = GateRun(loaded, world, origin, budget + 2 * c.budget.certify_rounds, rule, certify_coin=True)
+            out[RANDOM_CERTIFIED] = coin.run(proposer, c.seed + run)
+            assert coin.uncertified is not None
+            out[name] = coin.uncertified
+        else:
+            out[name] = GateRun(loaded, world, origin, budget, rule).run(proposer, c.seed + run)
     return out
 
 
@@ -541,7 +569,7 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
     from bench.metrics import provenance
 
     started = time.monotonic()
-    tasks = [(str(args.contract), r, overrides) for r in range(args.runs)]
+    tasks = [(str(args.contract), r, overrides) for r in range(args.first_world, args.first_world + args.runs)]
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
             per_run = pool.map(arms_run, tasks)
@@ -549,9 +577,10 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         per_run = [arms_run(t) for t in tasks]
     rows = [aggregate(a, [r[a] for r in per_run]) for a in ARMS]
     gate_minus_random = paired_difference(per_run, "gate", "random")
+    gate_minus_certified = paired_difference(per_run, "gate", RANDOM_CERTIFIED)
     head = (
         f"# The default run's three arms (simulated, `{args.contract.name}`)\n\n"
-        + provenance(["bench.proposers", *argv], f"{args.runs} worlds", time.monotonic() - started)
+        + provenance(["bench.proposers", *argv], f"{args.runs} worlds{world_range(args)}", time.monotonic() - started)
         + f"- promotion overrides: {overrides or 'none'}; arm budgets and certification as the contract\n\n"
         "| arm | true delivered target change, search seeds (± SE) | on held-out seeds | on all seeds "
         "| P(delivered worse) | P(any false KEEP) | KEEPs/run | certified | decisions/run |\n"
@@ -572,6 +601,10 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         head
         + "\n".join(lines)
         + (f"\n\ngate - random (paired by world): {gate_minus_random[0]:+.3f} ± {gate_minus_random[1]:.3f} (SE)\n")
+        + (
+            f"gate - random certified as the gate's (paired by world): {gate_minus_certified[0]:+.3f} "
+            f"± {gate_minus_certified[1]:.3f} (SE)\n"
+        )
     )
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"runs": args.runs, "rows": rows, "per_run": [{a: asdict(r[a]) for a in ARMS} for r in per_run]}
@@ -648,16 +681,26 @@ def format_md(tables: dict[float, list[dict[str, Any]]], args: argparse.Namespac
 def run_tolerance(
     args: argparse.Namespace, entries: tuple[Any, ...], overrides: dict[str, object]
 ) -> list[dict[str, RunResult]]:
-    tasks = [(str(args.contract), r, args.budget, entries, overrides) for r in range(args.runs)]
+    tasks = [
+        (str(args.contract), r, args.budget, entries, overrides)
+        for r in range(args.first_world, args.first_world + args.runs)
+    ]
     if args.jobs > 1:
         with mp.get_context("spawn").Pool(args.jobs) as pool:
             return pool.map(one_run, tasks)
     return [one_run(t) for t in tasks]
 
 
+def world_range(args: argparse.Namespace) -> str:
+    return f" (worlds {args.first_world}-{args.first_world + args.runs - 1})" if args.first_world else ""
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.proposers", description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument(
+        "--first-world", type=int, default=0, help="worlds first..first+runs-1 (tune on some, report on others)"
+    )
     ap.add_argument("--budget", type=int, default=300)
     ap.add_argument("--out", type=Path, default=Path("bench/out"))
     ap.add_argument("--name", default="proposers", help="file stem: writes <out>/<name>.md and .json")
@@ -724,7 +767,9 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
     head = (
         f"# Proposer benchmark (simulated mechanisms world, `{args.contract.name}`)\n\n"
         + provenance(
-            ["bench.proposers", *(argv if argv is not None else sys.argv[1:])], f"{args.runs} per cell", seconds
+            ["bench.proposers", *(argv if argv is not None else sys.argv[1:])],
+            f"{args.runs} per cell{world_range(args)}",
+            seconds,
         )
         + f"- audit budget per run: {args.budget} (calibration and certification included); "
         f"promotion overrides: {overrides or 'none'}\n\n"

@@ -4,11 +4,12 @@ Measures, in one run and under the same machine load: the loop's overhead per si
 through the warm worker (sil/exec/zygote.py) and through the plain subprocess (wall time of
 `measure.run_audit` minus the audit's own work, which is the simulated runtime's `main()` timed
 in-process on the same inputs), that both give byte-identical evidence; the start time of
-`sil --version`; the default run (`sil run`, as `make run` runs it) in a fresh clone of HEAD;
+`sil --version`; the default run (`sil run`, as `make run` runs it) in a fresh clone of HEAD, and
+the start of `sil runs` and `sil status` there after it;
 optionally `make run`'s install on a fresh clone and the default test suite. Every figure is a
 wall-clock time on this machine, with its load average next to it.
 
-    python -m bench.speed                      # audits, sil --version, the default run (~2 min)
+    python -m bench.speed                      # audits, start-ups, the default run (~2 min)
     python -m bench.speed --install --suite    # also a fresh-clone install and the suite (long)
 """
 
@@ -172,15 +173,18 @@ def report_overhead(
     figures.append(Figure("evidence byte-identical (warm vs subprocess)", f"{same} of {n}", now))
 
 
-def sil_version(figures: list[Figure], runs: int = 5) -> None:
+def start_up(figures: list[Figure], args: list[str], cwd: Path = REPO, runs: int = 5) -> None:
+    """Median wall time of `sil ARGS` (exit 0 or 2: a start-up, not the command's outcome)."""
     times = []
-    with measured(figures, "`sil --version` start (median of 5)") as slot:
+    with measured(figures, f"`sil {' '.join(args)}` start (median of {runs})") as slot:
         for _ in range(runs):
             t = time.monotonic()
-            subprocess.run([str(SIL), "--version"], check=True, capture_output=True)
+            subprocess.run([str(SIL), *args], cwd=cwd, check=False, capture_output=True)
             times.append(time.monotonic() - t)
         slot["value"] = f"{statistics.median(times):.2f} s"
-        slot["note"] = f"min {min(times):.2f} s, max {max(times):.2f} s"
+        slot["note"] = f"min {min(times):.2f} s, max {max(times):.2f} s" + (
+            f"; in the default run's clone ({len(list((cwd / 'state' / 'runs').glob('*')))} run)" if cwd != REPO else ""
+        )
 
 
 def fresh_clone(dest: Path) -> Path:
@@ -197,6 +201,8 @@ def default_run(figures: list[Figure], root: Path) -> None:
         audits = re.search(r"audits (\d+) \(gaps (\d+)\)", proc.stdout)
         slot["value"] = f"{wall:.1f} s"
         slot["note"] = f"exit {proc.returncode}" + (f", {audits[1]} audits ({audits[2]} gaps)" if audits else "")
+    for args in (["runs"], ["status"]):  # reading a finished run, as a user does next
+        start_up(figures, args, cwd=clone)
 
 
 def make_run_install(figures: list[Figure], root: Path) -> None:
@@ -271,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     figures: list[Figure] = []
     audit_overhead(args.audits, figures)
-    sil_version(figures)
+    start_up(figures, ["--version"])
     with tempfile.TemporaryDirectory(prefix="sil-speed-") as tmp:
         if not args.no_run:
             default_run(figures, Path(tmp))

@@ -59,3 +59,13 @@ def _world_and_origin(loaded):  # type: ignore[no-untyped-def]
     rubric = {d.name: d.tier for d in proposers.prepare.load_rubric(root)}
     origin = {n: load_surface(n, proposers.ROOT / "state" / "policies" / s.filename)[0] for n, s in surfaces.items()}
     return proposers.BenchWorld(loaded, 0, seeds, rubric), origin
+
+
+def test_the_random_arm_certified_as_the_gates_is_its_own_search_then_the_gates_test() -> None:
+    out = proposers.arms_run((str(proposers.ROOT / "program.md"), 0, {}))
+    raw, certified = out["random"], out[proposers.RANDOM_CERTIFIED]
+    assert (raw.keeps, raw.decisions, raw.certified) == (certified.keeps, certified.decisions, None)
+    assert certified.audits > raw.audits  # the certification's rounds come on top of the arm's audits
+    if raw.keeps:
+        assert certified.certified is not None
+        assert certified.final_target == (raw.final_target if certified.certified else 0.0)
