@@ -31,6 +31,7 @@ IGNORED = frozenset(
         "log_path",  # absolute paths of audit logs
         "pid",
         "commit",  # git commit ids of the policy refs cover the commit time
+        "project",  # a random id per project (refs/sil/project)
     }
 )
 
