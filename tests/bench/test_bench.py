@@ -29,11 +29,11 @@ def setup():
 
 def test_two_stage_loop_gate_certifies_what_it_keeps_within_budget():
     setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
-    assert setup.promotion.error_design == "two_stage" and setup.certify_audits == 80
+    assert setup.promotion.error_design == "two_stage" and setup.certify_audits == 140
     kept = 0
     for run in range(3):
-        s = simulate_run(setup, Cell("calibrated", 0.5, 150), run=run)["loop_gate"]
-        assert s.used <= 150 and s.keeps <= s.decisions
+        s = simulate_run(setup, Cell("calibrated", 0.5, 250), run=run)["loop_gate"]
+        assert s.used <= 250 and s.keeps <= s.decisions
         assert (s.certified is not None) == (s.keeps > 0)  # every changed champion is certified
         kept += s.keeps
         if s.certified is False:

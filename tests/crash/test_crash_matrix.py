@@ -42,7 +42,7 @@ TINY = {
     "max_audits: 400": "max_audits: 30",
     "arm_audits: {never: 24, random: 20, gate: 130}": "arm_audits: {never: 4, random: 4, gate: 14}",
     "final_check_rounds: 4": "final_check_rounds: 1",
-    "certify_rounds: 40": "certify_rounds: 1",
+    "certify_rounds: 70": "certify_rounds: 1",
     "baseline_k: 5": "baseline_k: 1",
     "calibration_pairs: 12": "calibration_pairs: 2",
     "replicate_k: 48": "replicate_k: 2",

@@ -96,14 +96,14 @@ def test_dry_run_counts_every_audit_the_run_can_make() -> None:
     plan = planned_audits(load_contract(REPO / "program.md").contract)
     # preflight 1 + baseline 5 + arms 24+20+130 + certification 2x40 + random final check 2x4
     # + the held-out-certified gate champion's search-seed check 2x4
-    assert (plan.preflight, plan.baseline, plan.certification, plan.final_checks) == (1, 5, 80, 8)
-    assert plan.search_check == 8 and plan.total == 276
+    assert (plan.preflight, plan.baseline, plan.certification, plan.final_checks) == (1, 5, 140, 8)
+    assert plan.search_check == 8 and plan.total == 336
 
 
 def test_dry_run_prints_the_full_count(workspace, monkeypatch) -> None:
     monkeypatch.chdir(workspace)
     result = invoke("run", "--dry-run")
-    assert result.exit_code == 0 and "audits the run can make: 276" in result.output
+    assert result.exit_code == 0 and "audits the run can make: 336" in result.output
 
 
 def test_yaml_errors_count_lines_of_the_file() -> None:

@@ -98,7 +98,7 @@ def test_new_fields_at_their_defaults_leave_the_contract_hash_alone():
 
 def test_two_stage_without_a_certification_is_refused(tmp_path: Path):
     text = (ROOT / "program.md").read_text()
-    text = text.replace("certify_rounds: 40", "certify_rounds: 0")
+    text = text.replace("certify_rounds: 70", "certify_rounds: 0")
     assert "certify_rounds: 0" in text
     if "error_design: two_stage" not in text:
         text = text.replace("promotion:\n", "promotion:\n  error_design: two_stage\n", 1)
