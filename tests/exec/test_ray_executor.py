@@ -1,4 +1,5 @@
-"""The Ray executor end to end on a real local Ray cluster (marker `ray`; runs in `make test`).
+"""The Ray executor end to end on a real local Ray cluster (markers `ray` and `slow`: not in
+`make test`, which stays under 6 minutes; `.ci/run` runs them after it).
 
 One cluster per session: `ray start --head --block` on 127.0.0.1 in its own process group and a
 short temp dir, killed (the whole group) at the end. Each test runs `sil run` as a subprocess
@@ -12,7 +13,7 @@ on a tiny copy of `examples/program-ray.md` pointed at that cluster, and checks:
 - the driver SIGKILLed mid-audit and resumed: the resumed driver finds the detached slots,
   awaits their audits, scores them (not re-run) and completes with the same verdicts.
 
-    pytest -m ray -o addopts="" tests/test_ray_executor.py      # only these (~3 min)
+    pytest -m ray -o addopts="" tests/exec/test_ray_executor.py      # only these (~3 min)
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sil.exec import attempts
 from tests.conftest import REPO, edit_contract
 from tests.crash.test_crash_matrix import TINY, git
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SIL = Path(sys.executable).parent / "sil"
 RAY = Path(sys.executable).parent / "ray"
