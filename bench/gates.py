@@ -208,6 +208,16 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     return out
 
 
+def delivered_alpha(setup: Setup, cell: Cell, method: str) -> float | None:
+    """alpha_certify for a method that runs the two-stage design with its certification (its
+    guarantee is on the delivered champion), else None (held to the FWER criterion)."""
+    _, settings = _procedure(setup, cell, method, 0)
+    if isinstance(settings, LoopGateSettings) and settings.certify_audits:
+        promo = settings.promotion
+        return promo.alpha_certify if promo.error_design == "two_stage" else None
+    return None
+
+
 def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedure, object]:
     if method == "loop_gate":
         promo = setup.cell_promotion(cell)
@@ -270,7 +280,10 @@ def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> GridR
         sd = paired_sd(setup, cell)
         promo = setup.cell_promotion(cell)
         design = (promo.futility_effect, promo.replicate_k)
-        grid.tables[cell] = [aggregate(m, [r[m] for r in results[cell]], sd, design) for m in setup.methods]
+        grid.tables[cell] = [
+            aggregate(m, [r[m] for r in results[cell]], sd, design, delivered_alpha(setup, cell, m))
+            for m in setup.methods
+        ]
         grid.kinds[cell] = [k for m in setup.methods for k in by_kind(m, [r[m] for r in results[cell]])]
         grid.sds[cell] = sd
     return grid
@@ -301,8 +314,7 @@ def acceptance(tables: dict[Cell, list[Row]], validity: Sequence[ValidityRow], a
         refuted = all(not by[m].admissible(alpha_run) for m in others)
         line = (
             f"{cell.label}: loop gate admissible={'yes' if ok else 'NO'}"
-            f" (P(false KEEP) {by['loop_gate'].false_keep_run:.3f} <= {alpha_run},"
-            f" P(worse) {by['loop_gate'].p_worse:.3f} <= 0.1);"
+            f" ({by['loop_gate'].criterion(alpha_run)});"
             f" single-audit/GEODE inadmissible={'yes' if refuted else 'NO'}"
         )
         if cell.budget == 300 and cell.world == "calibrated":

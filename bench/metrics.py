@@ -65,9 +65,20 @@ class Row:
     wald_ratio: float
     alpha_spent: float
     certified: float
+    # the two-stage design guarantees the delivered champion, not each KEEP: admissible when
+    # P(worse) <= alpha_certify; None = the FWER criterion (every KEEP at alpha_run, P(worse) <= 0.1)
+    delivered_alpha: float | None = None
 
     def admissible(self, alpha_run: float) -> bool:
+        if self.delivered_alpha is not None:
+            return self.p_worse <= self.delivered_alpha
         return self.false_keep_run <= alpha_run and self.p_worse <= P_WORSE_LIMIT
+
+    def criterion(self, alpha_run: float) -> str:
+        """The admissibility rule this row is held to, with its figures."""
+        if self.delivered_alpha is not None:
+            return f"P(worse) {self.p_worse:.3f} <= alpha_certify {self.delivered_alpha}; P(false KEEP) {self.false_keep_run:.3f} reported"
+        return f"P(false KEEP) {self.false_keep_run:.3f} <= {alpha_run}, P(worse) {self.p_worse:.3f} <= {P_WORSE_LIMIT}"
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,13 @@ def in_stream_point(runs: Sequence[RunSummary], design_effect: float, looks: int
     return WaldPoint(alpha, beta, design_effect, looks) if alpha + beta < 1 else None
 
 
-def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, design: tuple[float, int] = (0.5, 16)) -> Row:
+def aggregate(
+    method: str,
+    runs: Sequence[RunSummary],
+    sd_round: float,
+    design: tuple[float, int] = (0.5, 16),
+    delivered_alpha: float | None = None,
+) -> Row:
     decisions = sum(r.decisions for r in runs)
     audits = sum(r.audits for r in runs)
     final_t = np.array([r.final_target for r in runs])
@@ -124,6 +141,7 @@ def aggregate(method: str, runs: Sequence[RunSummary], sd_round: float, design: 
         wald_ratio=_wald_ratio(runs, sd_round, in_stream_point(runs, *design)),
         alpha_spent=float(np.mean([r.alpha_spent for r in runs])),
         certified=float(np.mean(certified)) if certified else float("nan"),
+        delivered_alpha=delivered_alpha,
     )
 
 

@@ -15,7 +15,6 @@ is changing the measurement, never a candidate.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -23,10 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict
-
-from sil.base.yamlstrict import load_strict
 
 MEASUREMENT_DIR = Path(__file__).resolve().parents[2] / "measurement"
 MANIFEST_NAME = "MANIFEST.json"
@@ -155,6 +151,10 @@ def _front_matter(path: Path) -> tuple[dict[str, Any], str]:
     head, sep, body = text[4:].partition("\n---\n")
     if not sep:
         raise MeasurementError(f"{path}: front matter is not closed")
+    import yaml  # here, not at import: reading a run (records name a SeedSet) parses no YAML
+
+    from sil.base.yamlstrict import load_strict
+
     try:
         meta = load_strict(head) or {}
     except (yaml.YAMLError, ValueError) as ex:
@@ -205,6 +205,8 @@ def load_rubric(root: Path = MEASUREMENT_DIR) -> list[Dimension]:
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
     ap = argparse.ArgumentParser(
         prog="python prepare.py",
         description="Verify the frozen seed library and rubric against their manifest (or re-freeze them).",

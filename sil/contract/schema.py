@@ -19,10 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 from sil.contract.simparams import SimParams
 from sil_policy import SURFACES, describe_validation_errors
 from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE
@@ -626,6 +624,10 @@ def split_front_matter(text: str) -> tuple[str, str]:
 
 
 def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
+    import yaml  # here, not at import: reading a run's JSON contract snapshot needs no YAML parser
+
+    from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
+
     front, prose = split_front_matter(text)
     if len(front) > MAX_FRONT_MATTER:
         raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")

@@ -260,3 +260,18 @@ def test_many_to_one_rounds_share_the_champion_audit_and_stay_in_budget(setup):
             SimRun(world, cands, 120, "e", crit, tol),
             ManyToOneSettings(promo.model_copy(update={"error_control": "elond"})),
         )
+
+
+def test_the_two_stage_gate_is_held_to_its_own_guarantee_and_the_fwer_gate_to_its_own():
+    setup = load_setup(REPO / "program.md", ("loop_gate", "loop_gate_fwer", "oracle"), with_aux=False)
+    cell = Cell("calibrated", 0.0, 300)
+    assert gates.delivered_alpha(setup, cell, "loop_gate") == setup.promotion.alpha_certify
+    assert gates.delivered_alpha(setup, cell, "loop_gate_fwer") is None
+    assert gates.delivered_alpha(setup, cell, "oracle") is None
+    runs = [simulate_run(setup, cell, run=r)["loop_gate"] for r in range(2)]
+    row = aggregate("loop_gate", runs, 0.8, delivered_alpha=0.05)
+    many_false_keeps = type(row)(**{**row.__dict__, "false_keep_run": 0.9, "p_worse": 0.0})
+    assert many_false_keeps.admissible(0.1)  # false KEEPs are search steps under two-stage
+    assert not type(row)(**{**row.__dict__, "p_worse": 0.06}).admissible(0.1)
+    fwer = type(row)(**{**many_false_keeps.__dict__, "delivered_alpha": None})
+    assert not fwer.admissible(0.1)
