@@ -21,7 +21,7 @@ from sil.base.sshsig import resolve_allowed_signers
 from sil.contract import prepare
 from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
 from sil.contract.history import LineageError, check_lineage
-from sil.contract.schema import Contract, LoadedContract, approval_free_reason
+from sil.contract.schema import Contract, LoadedContract, approval_free_reason, run_note
 from sil.exec import rayexec
 from sil.exec.backends import make_backend
 from sil.policies.store import read_policy_dir
@@ -304,7 +304,9 @@ def _backend(c: Contract) -> CheckItem:
         backend = make_backend(c.backend)
     except (ValueError, ImportError) as ex:
         return CheckItem(name="backend", status="fail", detail=str(ex))
-    return CheckItem(name="backend", status="ok", detail=f"{c.backend}: {backend.note}")
+    # a Petri run's note names what plays the judge (a model, or the rule-based judge), as the run's does
+    note = run_note(c) if c.backend == "petri" else backend.note
+    return CheckItem(name="backend", status="ok", detail=f"{c.backend}: {note}")
 
 
 def _budget(c: Contract, root: Path) -> CheckItem:

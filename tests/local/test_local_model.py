@@ -159,3 +159,13 @@ def test_local_audits_count_tokens_by_characters_without_a_tokenizer(monkeypatch
     install_if_asked()  # what the audit subprocess does on importing the registry
     model = get_model("llama-cpp-python/x", base_url="http://127.0.0.1:1/v1", memoize=False)
     assert asyncio.run(model.api.count_text_tokens("abcdefghi")) == 3
+
+
+def test_sil_check_says_what_judges_a_local_run_as_the_run_does() -> None:
+    from sil.contract.schema import LIVE_JUDGE_NOTE, run_note
+    from sil.exec.startchecks import start_checks
+
+    loaded = local_contract("http://127.0.0.1:9/v1")
+    (backend,) = [i for i in start_checks(loaded, REPO).items if i.name == "backend"]
+    assert "rule-based judge" in backend.detail and LIVE_JUDGE_NOTE not in backend.detail
+    assert backend.detail.endswith(run_note(loaded.contract))
