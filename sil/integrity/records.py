@@ -343,6 +343,9 @@ class RecoveryRecord(Payload):
     found: Literal["finished", "timed_out", "died"]
     detail: str
     action: str
+    # a died attempt that had started may have paid for model calls its log never reported: it is
+    # charged the bound of one audit, so the run's USD budget stays an upper bound of its spend
+    charged_usd: float = 0.0
 
 
 class RepairRecord(Payload):

@@ -307,13 +307,14 @@ class RoundRunner:
             if status.state == "running":  # still running after its whole timeout: cannot be established
                 raise Halt(f"unknown: audit {audit_id} is still running past its timeout; inspect {audit_dir}")
             action = RECOVERY_ACTIONS[status.state]
-            self.journal.book.once(
-                Keys.recovery(audit_id, status.attempt),
-                RecoveryRecord(
-                    audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail, action=action
-                ),
-            )
-            self.journal.emit(f"  recovery: {audit_id}: {status.detail}; {action}")
+            charge = lost_spend(status, self.ctx, self.backend)
+            record = RecoveryRecord(
+                audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail, action=action
+            ).model_copy(update={"charged_usd": charge})
+            if self.journal.book.once(Keys.recovery(audit_id, status.attempt), record) is not None:
+                self.journal.state.usd += charge  # once: a second resume finds the record and charges nothing
+            paid = f"; charged ${charge:.4f}, the bound of one audit" if charge else ""
+            self.journal.emit(f"  recovery: {audit_id}: {status.detail}; {action}{paid}")
 
     def anchor(self) -> None:
         self.guards.anchor()
@@ -343,6 +344,13 @@ class RoundRunner:
         if not res.ok:
             state.gaps += 1
             self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
+
+
+def lost_spend(status: attempts.AttemptStatus, ctx: MeasureContext, backend: AuditBackend) -> float:
+    """What a died attempt may have spent: one audit's bound if its process started, else nothing."""
+    if status.state != "died" or status.pid is None:
+        return 0.0
+    return float(backend.audit_cost_bound(ctx.contract, max(len(ctx.seed_ids), len(ctx.heldout_ids))))
 
 
 def note_gap(state: RunState, arm: str, max_gaps: int) -> None:

@@ -234,3 +234,52 @@ def test_audit_subprocess_never_inherits_the_fault(ctx, req, monkeypatch) -> Non
     monkeypatch.setenv(faults.CRASH_ENV, "settle.before_save:1")
     env = measure.audit_env(req, ctx, {})
     assert faults.CRASH_ENV not in env
+
+
+class _Book:
+    """The ledger's record-once semantics, in memory."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, object] = {}
+
+    def once(self, key: str, record: object) -> object | None:
+        if key in self.records:
+            return None
+        self.records[key] = record
+        return record
+
+
+def test_a_died_attempt_that_started_is_charged_one_audits_bound_once(ctx, req) -> None:
+    from types import SimpleNamespace
+
+    from sil.run.rounds import Guards, RoundRunner
+
+    proc = orphan(req, ctx, "import time\ntime.sleep(60)")
+    wait_for(lambda: attempts.read_status(req.audit_dir).pid is not None)
+    os.killpg(proc.pid, 9)  # it may have paid for model calls before it died
+    proc.wait()
+    state = SimpleNamespace(usd=1.0)
+    journal = SimpleNamespace(state=state, book=_Book(), emit=lambda line: None)
+    backend = SimpleNamespace(audit_cost_bound=lambda contract, n: 0.25 * n / len(ctx.seed_ids))
+    rounds = RoundRunner(journal, ctx, backend, None, Guards())  # type: ignore[arg-type]
+    rounds.recover([("a1", req.audit_dir)])
+    (record,) = journal.book.records.values()
+    assert record.found == "died" and record.charged_usd == pytest.approx(0.25)
+    assert state.usd == pytest.approx(1.25)
+    rounds.recover([("a1", req.audit_dir)])  # a second resume finds the record: no second charge
+    assert state.usd == pytest.approx(1.25)
+
+
+def test_an_attempt_that_never_started_is_not_charged(ctx, req) -> None:
+    from types import SimpleNamespace
+
+    from sil.run.rounds import Guards, RoundRunner
+
+    req.audit_dir.mkdir(parents=True)
+    attempts.log_launch(req.audit_dir, 1)  # the loop died before the process started
+    state = SimpleNamespace(usd=0.0)
+    journal = SimpleNamespace(state=state, book=_Book(), emit=lambda line: None)
+    backend = SimpleNamespace(audit_cost_bound=lambda contract, n: 0.25)
+    RoundRunner(journal, ctx, backend, None, Guards()).recover([("a1", req.audit_dir)])  # type: ignore[arg-type]
+    (record,) = journal.book.records.values()
+    assert record.found == "died" and record.charged_usd == 0.0 and state.usd == 0.0
