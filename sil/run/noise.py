@@ -208,6 +208,7 @@ def render(report: NoiseReport, command: str, root: Path) -> str:
         f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- commit: {_commit(root)}",
         f"- machine: {machine}",
+        f"- runs: {4 * report.pairs} audits ({report.pairs} + {report.pairs} A/A pairs), {report.passes} judge passes each",
         f"- contract: {c.contract_id} ({c.contract_hash[:12]}); "
         + "; ".join(f"{r}: {getattr(c.models, r).model} ({kinds[r]})" for r in ("auditor", "target", "judge")),
         f"- design: {report.pairs} A/A pairs without a seed and {report.pairs} with common random numbers "
