@@ -4,13 +4,14 @@ Measures, in one run and under the same machine load: the loop's overhead per si
 through the warm worker (sil/exec/zygote.py) and through the plain subprocess (wall time of
 `measure.run_audit` minus the audit's own work, which is the simulated runtime's `main()` timed
 in-process on the same inputs), that both give byte-identical evidence; the start time of
-`sil --version`; the default run (`sil run`, as `make run` runs it) in a fresh clone of HEAD, and
-the start of `sil runs` and `sil status` there after it;
-optionally `make run`'s install on a fresh clone and the default test suite. Every figure is a
-wall-clock time on this machine, with its load average next to it.
+`sil --version` (`python -m bench.startup` times `runs` and `status` on a finished run); the
+default run (`sil run`, as `make run` runs it) in a fresh clone of HEAD; optionally `make run`'s
+install on a fresh clone and the default test suite, alone and beside busy-looping processes.
+Every figure is a wall-clock time on this machine, with its load average next to it.
 
-    python -m bench.speed                      # audits, start-ups, the default run (~2 min)
+    python -m bench.speed                      # audits, sil --version, the default run (~2 min)
     python -m bench.speed --install --suite    # also a fresh-clone install and the suite (long)
+    python -m bench.speed --suite --hogs 2     # ... and the suite again beside 2 busy-looping processes
 """
 
 from __future__ import annotations
@@ -173,18 +174,16 @@ def report_overhead(
     figures.append(Figure("evidence byte-identical (warm vs subprocess)", f"{same} of {n}", now))
 
 
-def start_up(figures: list[Figure], args: list[str], cwd: Path = REPO, runs: int = 5) -> None:
-    """Median wall time of `sil ARGS` (exit 0 or 2: a start-up, not the command's outcome)."""
+def start_up(figures: list[Figure], args: list[str], runs: int = 5) -> None:
+    """Median wall time of `sil ARGS`."""
     times = []
     with measured(figures, f"`sil {' '.join(args)}` start (median of {runs})") as slot:
         for _ in range(runs):
             t = time.monotonic()
-            subprocess.run([str(SIL), *args], cwd=cwd, check=False, capture_output=True)
+            subprocess.run([str(SIL), *args], check=True, capture_output=True)
             times.append(time.monotonic() - t)
         slot["value"] = f"{statistics.median(times):.2f} s"
-        slot["note"] = f"min {min(times):.2f} s, max {max(times):.2f} s" + (
-            f"; in the default run's clone ({len(list((cwd / 'state' / 'runs').glob('*')))} run)" if cwd != REPO else ""
-        )
+        slot["note"] = f"min {min(times):.2f} s, max {max(times):.2f} s"
 
 
 def fresh_clone(dest: Path) -> Path:
@@ -201,8 +200,6 @@ def default_run(figures: list[Figure], root: Path) -> None:
         audits = re.search(r"audits (\d+) \(gaps (\d+)\)", proc.stdout)
         slot["value"] = f"{wall:.1f} s"
         slot["note"] = f"exit {proc.returncode}" + (f", {audits[1]} audits ({audits[2]} gaps)" if audits else "")
-    for args in (["runs"], ["status"]):  # reading a finished run, as a user does next
-        start_up(figures, args, cwd=clone)
 
 
 def make_run_install(figures: list[Figure], root: Path) -> None:
@@ -220,13 +217,21 @@ def make_run_install(figures: list[Figure], root: Path) -> None:
         slot["note"] = f"exit {proc.returncode}"
 
 
-def suite(figures: list[Figure]) -> None:
-    with measured(figures, "default test suite `python -m pytest`") as slot:
-        t = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "pytest"], cwd=REPO, capture_output=True, text=True)
-        tail = [line for line in proc.stdout.splitlines() if line.strip()][-1:] or ["(no output)"]
-        slot["value"] = f"{(time.monotonic() - t) / 60:.1f} min"
-        slot["note"] = f"exit {proc.returncode}: {tail[0][-120:]}"
+def suite(figures: list[Figure], hogs: int = 0) -> None:
+    """The default suite, optionally beside `hogs` busy-looping processes (a machine under load)."""
+    what = "default test suite `python -m pytest`" + (f" beside {hogs} CPU hog(s)" if hogs else "")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+    try:
+        with measured(figures, what) as slot:
+            t = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "pytest"], cwd=REPO, capture_output=True, text=True)
+            tail = [line for line in proc.stdout.splitlines() if line.strip()][-1:] or ["(no output)"]
+            slot["value"] = f"{(time.monotonic() - t) / 60:.1f} min"
+            slot["note"] = f"exit {proc.returncode}: {tail[0][-120:]}"
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
 
 
 def header(command: str, runs: str) -> list[str]:
@@ -269,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-run", action="store_true", help="skip the default run")
     ap.add_argument("--install", action="store_true", help="also time `make run`'s install on a fresh clone")
     ap.add_argument("--suite", action="store_true", help="also time the default test suite (long)")
+    ap.add_argument("--hogs", type=int, default=0, help="with --suite: also run it beside this many CPU hogs")
     ap.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT.relative_to(REPO)})")
     args = ap.parse_args(argv)
     head = header(
@@ -285,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             make_run_install(figures, Path(tmp))
     if args.suite:
         suite(figures)
+        if args.hogs:
+            suite(figures, args.hogs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(head, figures))
     print(render(head, figures))
