@@ -307,7 +307,7 @@ class RoundRunner:
             if status.state == "running":  # still running after its whole timeout: cannot be established
                 raise Halt(f"unknown: audit {audit_id} is still running past its timeout; inspect {audit_dir}")
             action = RECOVERY_ACTIONS[status.state]
-            charge = lost_spend(status, self.ctx, self.backend)
+            charge = self.cost_bound if started_and_died(status) else 0.0
             record = RecoveryRecord(
                 audit_id=audit_id, attempt=status.attempt, found=status.state, detail=status.detail, action=action
             ).model_copy(update={"charged_usd": charge})
@@ -346,11 +346,9 @@ class RoundRunner:
             self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
 
 
-def lost_spend(status: attempts.AttemptStatus, ctx: MeasureContext, backend: AuditBackend) -> float:
-    """What a died attempt may have spent: one audit's bound if its process started, else nothing."""
-    if status.state != "died" or status.pid is None:
-        return 0.0
-    return float(backend.audit_cost_bound(ctx.contract, max(len(ctx.seed_ids), len(ctx.heldout_ids))))
+def started_and_died(status: attempts.AttemptStatus) -> bool:
+    """A died attempt whose process had started: it may have paid for calls no log reported."""
+    return status.state == "died" and status.pid is not None
 
 
 def note_gap(state: RunState, arm: str, max_gaps: int) -> None:
