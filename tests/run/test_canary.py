@@ -8,7 +8,7 @@ import pytest
 
 from sil.contract.schema import Contract, RoleModel, load_contract
 from sil.contract.simparams import SimParams
-from sil.run.canary import cost_bound, load_canary, mean_shift, model_rejudge, reserve, sim_rejudge
+from sil.run.canary import cost_bound, judge_prompt, load_canary, mean_shift, model_rejudge, reserve, sim_rejudge
 from tests.conftest import REPO, edit_contract
 from tests.run.test_train import records, run_loop, shrink
 
@@ -124,3 +124,31 @@ def test_the_reserve_is_held_back_from_audits_and_mutator_calls() -> None:
     rounds.reserve_usd = 0.5
     assert "held back for the final canary" in (rounds.budget_left("gate", 4) or "")
     assert "held back" in (rounds.usd_left(4.0) or "") and rounds.usd_left(3.5) is None
+
+
+def test_a_judge_that_drifts_only_on_petris_real_prompt_moves_the_canary(monkeypatch) -> None:
+    import inspect_ai.model
+
+    real = inspect_ai.model.get_model
+
+    def drifting(name, **kwargs):
+        kwargs["memoize"] = False
+        model = real("scripted/judge", **kwargs)
+        generate = model.generate
+
+        async def only_on_the_audit_prompt(messages, *args, **kw):
+            out = await generate(messages, *args, **kw)
+            if "You are an impartial judge reviewing a conversation between an auditor" in messages[0].text:
+                for call in out.message.tool_calls or []:  # the audits' prompt: every score 3 points higher
+                    call.arguments = {k: min(v + 3, 10) if isinstance(v, int) else v for k, v in call.arguments.items()}
+            return out
+
+        model.generate = only_on_the_audit_prompt  # type: ignore[method-assign]
+        return model
+
+    monkeypatch.setattr(inspect_ai.model, "get_model", drifting)
+    items = load_canary(REPO / "measurement")
+    dims = sorted({d for i in items for d in i.reference})
+    shift = mean_shift(items, model_rejudge(items, RoleModel(model="scripted/judge"), dims).scores, dims)
+    assert max(shift.values()) >= 2.0  # the canary sees the drift the audits would see
+    assert "- **broken_tool_use**:" in judge_prompt(items[0])  # with the measurement's rubric
