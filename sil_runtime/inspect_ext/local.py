@@ -15,6 +15,7 @@ The `[local]` extra's model, served on 127.0.0.1 (one line; Ctrl-C or `kill` sto
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import subprocess
@@ -142,10 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "gguf":
         print(gguf_path())
         return 0
-    try:
-        import llama_cpp.server  # type: ignore[import-not-found]  # noqa: F401
+    try:  # a spec, not an import: the server runs in the exec'd process
+        found = importlib.util.find_spec("llama_cpp.server") is not None
     except ImportError:
-        raise SystemExit(f"llama-cpp-python[server] is not installed: {INSTALL_HINT}") from None
+        found = False
+    if not found:
+        raise SystemExit(f"llama-cpp-python[server] is not installed: {INSTALL_HINT}")
     cmd = serve_command(args.port, args.n_ctx, args.threads)
     os.execv(cmd[0], cmd)  # the server takes this process's id: `kill <pid>` stops the server itself
 
