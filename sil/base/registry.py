@@ -48,7 +48,13 @@ class Registry[T]:
             return entry
         if name not in self._registered:
             for ep in metadata.entry_points(group=self.group, name=name):
-                loaded = ep.load()  # importing the module runs its decorator
+                try:
+                    loaded = ep.load()  # importing the module runs its decorator
+                except Exception as ex:  # a broken plugin is the user's to fix: say which and how
+                    raise ImportError(
+                        f"the {self.group!r} entry point {name!r} ({ep.value}) failed to import: "
+                        f"{type(ex).__name__}: {ex}; fix or uninstall the package that provides it"
+                    ) from None
                 if name not in self._registered and callable(loaded):
                     self._registered[name] = loaded
         return self._registered.get(name)

@@ -17,9 +17,9 @@ pytest.importorskip("openai", reason="the local-model path needs the openai SDK:
 
 from local_stub import StubServer  # noqa: E402
 
-import ledger  # noqa: E402
 from sil.base.errors import Halt  # noqa: E402
 from sil.contract.schema import parse_contract  # noqa: E402
+from sil.integrity import ledger  # noqa: E402
 from sil.search.proposers.llm import LLMProposer  # noqa: E402
 from tests.conftest import edit_contract  # noqa: E402
 from tests.run.test_train import run_loop, shrink  # noqa: E402

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sil.contract.schema import load_contract
+from sil.contract.schema import load_contract, parse_contract
 from sil.exec import backends
 from sil.search import proposers
 from tests.conftest import REPO
@@ -76,7 +76,7 @@ def make_plugin(where: Path) -> Path:
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sil-echo\nVersion: 0.1\n")
     (meta / "entry_points.txt").write_text(
-        '[sil.backends]\necho = sil_echo\n\n[sil.proposers]\n"offline/first-edit" = sil_echo:first_edit\n'
+        "[sil.backends]\necho = sil_echo\n\n[sil.proposers]\noffline/first-edit = sil_echo:first_edit\n"
     )
     return where
 
@@ -123,3 +123,21 @@ def test_a_run_uses_the_plugins_backend_and_proposer(tmp_path: Path, workspace: 
     assert run["note"].startswith("echo backend")
     hypotheses = [r["payload"]["mutation"]["hypothesis"] for r in records if r["type"] == "mutation"]
     assert hypotheses and all(h.startswith("[sil_echo] ") for h in hypotheses)
+
+
+def test_a_plugin_that_fails_to_import_is_named_with_how_to_fix_it(tmp_path: Path, monkeypatch) -> None:
+    from sil.search.proposers import ProposerError, make_proposer
+
+    (tmp_path / "sil_broken.py").write_text("raise RuntimeError('half-installed')\n")
+    meta = tmp_path / "sil_broken-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sil-broken\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text(
+        "[sil.backends]\nbroken = sil_broken\n\n[sil.proposers]\noffline/broken = sil_broken:make\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match=r"'broken' \(sil_broken\) failed to import: RuntimeError: half-installed"):
+        backends.make_backend("broken")
+    text = (REPO / "program.md").read_text().replace("{model: scripted/mutator}", "{model: offline/broken}")
+    with pytest.raises(ProposerError, match="fix or uninstall the package that provides it"):
+        make_proposer(parse_contract(text))

@@ -66,7 +66,10 @@ def make_proposer(loaded: LoadedContract) -> Proposer:
             f"make_proposer needs a LoadedContract (contract and programme), not {type(loaded).__name__}"
         )
     model = loaded.contract.models.mutator.model
-    factory = PROPOSERS.get(model)
+    try:
+        factory = PROPOSERS.get(model)
+    except ImportError as ex:
+        raise ProposerError(str(ex)) from None
     if factory is not None:
         return factory(loaded)
     if model.startswith("offline/"):
