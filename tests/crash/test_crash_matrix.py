@@ -291,6 +291,7 @@ def test_every_kill_point_is_named_once() -> None:
     assert {p for p, _, _ in CHAIN} <= set(CRASH_POINTS)
 
 
+@pytest.mark.slow  # about 60 s; .ci/run runs it after make test
 def test_chain_of_kills_through_one_run(tmp_path: Path, reference: dict) -> None:
     root = make_workspace(tmp_path / "ws")
     before = user_git_view(root)
