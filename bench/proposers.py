@@ -531,15 +531,28 @@ def one_run(task: tuple[str, int, int, tuple[tuple[str, str], ...], dict[str, ob
     return out
 
 
-RANDOM_CERTIFIED = "random, certified as the gate's"  # a counterfactual: the loop never certifies it
+# the random arm as the loop does not deliver it: certified when the contract leaves it
+# uncertified, and its uncertified search champion when the contract certifies it
+RANDOM_CERTIFIED = "random, certified as the gate's"
+RANDOM_UNCERTIFIED = "random, its search champion uncertified"
 ARMS = ("never", "random", RANDOM_CERTIFIED, "gate")
+CERTIFIED_ARMS = ("never", "random", RANDOM_UNCERTIFIED, "gate")
+
+
+def arm_rows(contract_path: Path, overrides: dict[str, object]) -> tuple[str, ...]:
+    """The rows of `--arms`: the loop's three arms and the random arm's other delivery."""
+    budget = with_overrides(load_contract(contract_path), overrides).contract.budget
+    return CERTIFIED_ARMS if budget.certify_random and budget.certify_rounds else ARMS
+
+
 PARTS = ("target_heldout", "target_all")
 
 
 def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
     """The contract's three arms on one world, with its own arm budgets (the default `make run`):
-    the never arm's A/A pairs, the random arm's coin over its audits, the gate arm's gate and
-    certification. Each arm's champion is scored against the simulated truth."""
+    the never arm's A/A pairs, the random arm's coin over its audits (and the gate's certification,
+    as the loop does with `budget.certify_random`; the other way is the counterfactual row), the
+    gate arm's gate and certification. Each arm's champion is scored against the simulated truth."""
     contract_path, run, overrides = task
     loaded = with_overrides(load_contract(Path(contract_path)), overrides)
     c = loaded.contract
@@ -554,11 +567,14 @@ def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
     for name, rule, budget in (("random", "coin", arm["random"]), ("gate", "gate", gate_budget)):
         world = BenchWorld(loaded, run, search + heldout, rubric, n_search=len(search))
         proposer = LLMProposer(loaded)
-        if rule == "coin":  # its search as the loop runs it; then, beyond the loop, the gate's certification
+        if rule == "coin":  # its search as the loop runs it, then the gate's certification
             coin = GateRun(loaded, world, origin, budget + 2 * c.budget.certify_rounds, rule, certify_coin=True)
-            out[RANDOM_CERTIFIED] = coin.run(proposer, c.seed + run)
+            certified = coin.run(proposer, c.seed + run)
             assert coin.uncertified is not None
-            out[name] = coin.uncertified
+            if c.budget.certify_random and c.budget.certify_rounds:
+                out[name], out[RANDOM_UNCERTIFIED] = certified, coin.uncertified
+            else:
+                out[name], out[RANDOM_CERTIFIED] = coin.uncertified, certified
         else:
             out[name] = GateRun(loaded, world, origin, budget, rule).run(proposer, c.seed + run)
     return out
@@ -575,9 +591,10 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
             per_run = pool.map(arms_run, tasks)
     else:
         per_run = [arms_run(t) for t in tasks]
-    rows = [aggregate(a, [r[a] for r in per_run]) for a in ARMS]
+    names = arm_rows(args.contract, overrides)
+    rows = [aggregate(a, [r[a] for r in per_run]) for a in names]
     gate_minus_random = paired_difference(per_run, "gate", "random")
-    gate_minus_certified = paired_difference(per_run, "gate", RANDOM_CERTIFIED)
+    gate_minus_other = paired_difference(per_run, "gate", names[2])
     head = (
         f"# The default run's three arms (simulated, `{args.contract.name}`)\n\n"
         + provenance(["bench.proposers", *argv], f"{args.runs} worlds{world_range(args)}", time.monotonic() - started)
@@ -601,13 +618,10 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         head
         + "\n".join(lines)
         + (f"\n\ngate - random (paired by world): {gate_minus_random[0]:+.3f} ± {gate_minus_random[1]:.3f} (SE)\n")
-        + (
-            f"gate - random certified as the gate's (paired by world): {gate_minus_certified[0]:+.3f} "
-            f"± {gate_minus_certified[1]:.3f} (SE)\n"
-        )
+        + (f"gate - {names[2]} (paired by world): {gate_minus_other[0]:+.3f} ± {gate_minus_other[1]:.3f} (SE)\n")
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    data = {"runs": args.runs, "rows": rows, "per_run": [{a: asdict(r[a]) for a in ARMS} for r in per_run]}
+    data = {"runs": args.runs, "rows": rows, "per_run": [{a: asdict(r[a]) for a in names} for r in per_run]}
     (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1))
     (args.out / f"{args.name}.md").write_text(text)
     print(text)

@@ -193,17 +193,20 @@ class Budget(_Strict):
     # Reserved for certifying the gate arm's final champion against the starting policy
     # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check.
     certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
+    # Certify the random arm's champion too, by the same test: the coin flip then differs from
+    # the gate arm only in its decision rule, a control under the same delivery rule.
+    certify_random: bool = False
     # Free space the run's disk must keep: checked before the run and before every batch of
     # audits, so a filling disk halts the run with a recorded reason instead of mid-write.
     min_free_mb: Annotated[int, Field(ge=0, le=10_000_000)] = 64
 
     @model_validator(mode="after")
     def _fits(self) -> Budget:
-        needed = sum(self.arm_audits.values()) + 2 * self.certify_rounds
+        certified = 1 + (self.certify_random and "random" in self.arm_audits)
+        needed = sum(self.arm_audits.values()) + 2 * self.certify_rounds * certified
         if needed > self.max_audits:
-            raise ValueError(
-                f"arm_audits plus 2 x certify_rounds add up to {needed}, more than max_audits {self.max_audits}"
-            )
+            times = "2 x certify_rounds per certified arm" if certified > 1 else "2 x certify_rounds"
+            raise ValueError(f"arm_audits plus {times} add up to {needed}, more than max_audits {self.max_audits}")
         return self
 
 
@@ -556,6 +559,8 @@ class Contract(_Strict):
             del data["measurement"]["common_random_numbers"]
         if not self.runtime.waive_unprovable_use:  # and those written before the waiver existed
             del data["runtime"]["waive_unprovable_use"]
+        if not self.budget.certify_random:  # and those written before the random arm could be certified
+            del data["budget"]["certify_random"]
         for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
             if data["promotion"][key] == Promotion.model_fields[key].default:
                 del data["promotion"][key]
@@ -567,6 +572,13 @@ class Contract(_Strict):
     @property
     def contract_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def certified_arms(self) -> list[Arm]:
+        """Arms whose final champion is certified against the start: the gate's whenever there
+        are certification rounds, the random arm's too with `budget.certify_random`."""
+        b = self.budget
+        wanted: list[Arm] = ["random", "gate"] if b.certify_random else ["gate"]
+        return [a for a in wanted if a in self.arms] if b.certify_rounds > 0 else []
 
     def dimensions(self) -> list[str]:
         p = self.promotion

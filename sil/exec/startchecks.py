@@ -117,16 +117,17 @@ class AuditPlan(BaseModel):
 
 def planned_audits(c: Contract) -> AuditPlan:
     b = c.budget
-    certifies_heldout = "gate" in c.arms and b.certify_rounds > 0 and c.measurement.certify_on != "search"
+    certified = c.certified_arms()
+    checked_only = [a for a in ("random", "gate") if a in c.arms and a not in certified]
     return AuditPlan(
         preflight=PREFLIGHT_AUDITS,
         baseline=c.promotion.baseline_k,
         arms={a: n for a, n in b.arm_audits.items() if a in c.arms},
-        certification=2 * b.certify_rounds if "gate" in c.arms else 0,
-        final_checks=2 * b.final_check_rounds if "random" in c.arms else 0,
+        certification=2 * b.certify_rounds * len(certified),
+        final_checks=2 * b.final_check_rounds * len(checked_only),
         max_audits=b.max_audits,
         # an upper bound: `auto` certifies on the search seeds when the measurement has no held-out ones
-        search_check=certifies_heldout * 2 * b.final_check_rounds,
+        search_check=(c.measurement.certify_on != "search") * 2 * b.final_check_rounds * len(certified),
     )
 
 

@@ -39,6 +39,7 @@ class ArmLine(BaseModel):
     standing: str = "unchanged"
     champion_set: str = ""
     demoted: int = 0  # KEEPs taken back later (certification or replication)
+    measured_on: SeedSet = "search"  # the seeds of its re-measurement (held-out: its certification's)
 
 
 class Confirmation(BaseModel):
@@ -87,6 +88,7 @@ class Summary(BaseModel):
     error_design: str = "fwer"
     alpha_search: float | None = None  # two-stage: the search stage's level per confirmation
     alpha_certify: float | None = None
+    random_certified: bool = False  # budget.certify_random: the random arm faced the gate's certification
 
 
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
@@ -113,6 +115,7 @@ def _arm_line(state: RunState, name: str, contract: Contract, records: list[Reco
     target = contract.promotion.target_dimensions[0]
     changed = status.changed
     rounds = list(arm.final_rounds)
+    cert = next((r.payload for r in reversed(records) if r.type == "certify" and r.payload["arm"] == name), None)
     tchange = fitness.interval(rounds, target, INTERVAL_LEVEL) if changed and rounds else None
     worst = None
     if changed and rounds:
@@ -136,6 +139,7 @@ def _arm_line(state: RunState, name: str, contract: Contract, records: list[Reco
         standing=status.standing,
         champion_set=status.set_id,
         demoted=status.demoted,
+        measured_on=cert.get("seed_set", "search") if cert is not None else "search",
     )
 
 
@@ -202,6 +206,7 @@ def build_summary(
         error_design=contract.promotion.error_design,
         alpha_search=contract.promotion.alpha_search,
         alpha_certify=contract.promotion.alpha_certify,
+        random_certified=contract.budget.certify_random and contract.budget.certify_rounds > 0,
     )
 
 
@@ -268,6 +273,15 @@ RANDOM_ARM_LINE = (
     "random arm: a negative control that keeps each candidate on a coin flip, untested and never "
     "certified; its Δ measures the proposer, not a decision rule, and carries no guarantee"
 )
+CERTIFIED_RANDOM_ARM_LINE = (
+    "random arm: keeps each candidate on a coin flip, then its champion faces the gate's certification; "
+    "gate minus random is what the gate's judgement adds over chance under the same delivery rule"
+)
+
+
+def random_arm_line(s: Summary) -> str:
+    """How to read the random arm, in one line: certified like the gate's or an untested control."""
+    return CERTIFIED_RANDOM_ARM_LINE if s.random_certified else RANDOM_ARM_LINE
 
 
 def error_line(s: Summary) -> str:
@@ -301,7 +315,7 @@ def render(s: Summary, console: Console) -> None:
         else:
             m, lo, hi = a.target_change
             change = f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            if a.arm == "gate" and s.confirmation is not None and s.confirmation.certified_on == "heldout":
+            if a.measured_on == "heldout":
                 change += " held-out seeds"
         worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
         keeps = f"{a.keeps} ({a.demoted} demoted)" if a.demoted else str(a.keeps)
@@ -321,7 +335,7 @@ def render(s: Summary, console: Console) -> None:
     console.print(conclusion(s))
     console.print(error_line(s))
     if any(a.arm == "random" for a in s.arms):
-        console.print(RANDOM_ARM_LINE)
+        console.print(random_arm_line(s))
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
     console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
     if s.mutator_calls:

@@ -1,13 +1,14 @@
 """The final phase: re-measure each changed champion against the starting policy.
 
-The gate arm's champion is certified with a sequential test (`certify_rounds` rounds at
-`alpha_certify`, sil/stats/judges.certify) on the seeds `measurement.certify_on` names: the
+The gate arm's champion (and the random arm's, with `budget.certify_random`) is certified with a
+sequential test (`certify_rounds` rounds at `alpha_certify`, sil/stats/judges.certify) on the
+seeds `measurement.certify_on` names: the
 held-out seeds (`heldout/` of the measurement, never used by the search) when the measurement
 has them and the contract does not ask for the search seeds. Certified on held-out seeds, the
 champion is also re-measured on the search seeds (`final_check_rounds`), so the summary shows
 both effects side by side. If it is not certified it is rolled back to the starting policy
-(working files and champion ref). The random arm's champion is only re-measured on the search
-seeds (`final_check_rounds`), for the summary.
+(working files and champion ref). An arm that is not certified (the random arm by default) is
+only re-measured on the search seeds (`final_check_rounds`), for the summary.
 
     final_phase(rc)
 """
@@ -56,7 +57,7 @@ def final_phase(rc: RunContext) -> None:
         arm = rc.state.arms.get(name)
         if arm is None or arm.champion == rc.state.origin:
             continue
-        if name != "gate" or budget.certify_rounds == 0:
+        if not certifies(rc, name):
             final_rounds(rc, arm, FinalPlan(budget.final_check_rounds, certifying=False))
             continue
         seed_set = rc.measure.certify_on
@@ -64,6 +65,12 @@ def final_phase(rc: RunContext) -> None:
         if seed_set == "heldout":  # after the certification, so it never eats the certification's audits
             final_rounds(rc, arm, FinalPlan(budget.final_check_rounds, certifying=False, search_check=True))
         conclude(rc, arm, decision)
+
+
+def certifies(rc: RunContext, arm: str) -> bool:
+    """Whether the arm's champion is certified: the gate's always when there are certification
+    rounds, the random arm's too when the contract asks (`budget.certify_random`)."""
+    return arm in rc.contract.certified_arms()
 
 
 def sigma_scale(rc: RunContext, seed_set: SeedSet) -> float:
@@ -192,4 +199,4 @@ def demote(rc: RunContext, arm: ArmState, key: str, decision: GateDecision | Non
         ),
     )
     rc.save()
-    rc.emit(f"gate: champion {champion.set_id} failed certification; rolled back to the starting policy")
+    rc.emit(f"{arm.arm}: champion {champion.set_id} failed certification; rolled back to the starting policy")

@@ -166,10 +166,11 @@ def test_cli_tracebacks_show_no_locals(canaries: dict[str, str]) -> None:
 
 
 SMALL_RUN = {
-    "max_audits: 400": "max_audits: 60",
+    "max_audits: 500": "max_audits: 60",
     "arm_audits: {never: 24, random: 20, gate: 130}": "arm_audits: {never: 6, random: 6, gate: 30}",
     "final_check_rounds: 4": "final_check_rounds: 1",
     "certify_rounds: 70": "certify_rounds: 1",
+    "certify_random: true": "certify_random: false",  # tests of the random arm certify it themselves
     "baseline_k: 5": "baseline_k: 2",
     "calibration_pairs: 12": "calibration_pairs: 3",
     "replicate_k: 48": "replicate_k: 2",

@@ -23,10 +23,11 @@ from tests.run.test_train import run_loop
 
 GATE_AUDITS = 60
 EDITS = {
-    "max_audits: 400": "max_audits: 1000",
+    "max_audits: 500": "max_audits: 1000",
     "arm_audits: {never: 24, random: 20, gate: 130}": f"arm_audits: {{never: 12, gate: {GATE_AUDITS}}}",
     "final_check_rounds: 4": "final_check_rounds: 1",
     "certify_rounds: 70": "certify_rounds: 1",
+    "certify_random: true": "certify_random: false",  # tests of the random arm certify it themselves
     "baseline_k: 5": "baseline_k: 2",
     "calibration_pairs: 12": "calibration_pairs: 6",
     "replicate_k: 48": "replicate_k: 4",

@@ -61,11 +61,27 @@ def _world_and_origin(loaded):  # type: ignore[no-untyped-def]
     return proposers.BenchWorld(loaded, 0, seeds, rubric), origin
 
 
-def test_the_random_arm_certified_as_the_gates_is_its_own_search_then_the_gates_test() -> None:
-    out = proposers.arms_run((str(proposers.ROOT / "program.md"), 0, {}))
-    raw, certified = out["random"], out[proposers.RANDOM_CERTIFIED]
+def _random_arm_both_ways(out: dict[str, proposers.RunResult], certified_name: str, raw_name: str) -> None:
+    raw, certified = out[raw_name], out[certified_name]
     assert (raw.keeps, raw.decisions, raw.certified) == (certified.keeps, certified.decisions, None)
     assert certified.audits > raw.audits  # the certification's rounds come on top of the arm's audits
     if raw.keeps:
         assert certified.certified is not None
         assert certified.final_target == (raw.final_target if certified.certified else 0.0)
+
+
+def test_the_random_arm_is_delivered_certified_as_program_md_asks_with_its_raw_champion_beside() -> None:
+    path = proposers.ROOT / "program.md"
+    assert proposers.arm_rows(path, {}) == proposers.CERTIFIED_ARMS
+    out = proposers.arms_run((str(path), 0, {}))
+    _random_arm_both_ways(out, "random", proposers.RANDOM_UNCERTIFIED)
+
+
+def test_an_uncertified_random_arm_is_delivered_raw_with_its_certified_counterfactual_beside(tmp_path: Path) -> None:
+    path = tmp_path / "program.md"
+    path.write_text(
+        (proposers.ROOT / "program.md").read_text().replace("certify_random: true", "certify_random: false")
+    )
+    assert proposers.arm_rows(path, {}) == proposers.ARMS
+    out = proposers.arms_run((str(path), 0, {}))
+    _random_arm_both_ways(out, proposers.RANDOM_CERTIFIED, "random")

@@ -26,7 +26,7 @@ def draft(workspace: Path, old: str, new: str) -> Path:
 
 def test_revise_names_the_parent_and_supersedes_it(workspace: Path) -> None:
     first = load_contract(workspace / "program.md").contract
-    entry = revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 400", "max_audits: 350"), "fewer")
+    entry = revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 500", "max_audits: 480"), "fewer")
     now = load_contract(workspace / "program.md").contract
     assert now.parent == first.contract_hash and now.revision_reason == "fewer"
     assert entry.contract_hash == now.contract_hash
@@ -41,14 +41,14 @@ def test_revise_names_the_parent_and_supersedes_it(workspace: Path) -> None:
 
 def test_a_second_revision_chains_and_the_old_file_cannot_be_revised_again(workspace: Path) -> None:
     old_text = (workspace / "program.md").read_text()
-    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 400", "max_audits: 350"), "one")
-    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 350", "max_audits: 340"), "two")
+    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 500", "max_audits: 480"), "one")
+    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 480", "max_audits: 470"), "two")
     chain = ContractHistory(workspace).chain(load_contract(workspace / "program.md").contract.contract_hash)
     assert [e.reason for e in chain] == ["two", "one", None]
     stale = workspace / "stale.md"
     stale.write_text(old_text)
     with pytest.raises(LineageError, match="already superseded"):
-        revise(workspace, stale, draft(workspace, "max_audits: 340", "max_audits: 345"), "fork")
+        revise(workspace, stale, draft(workspace, "max_audits: 470", "max_audits: 345"), "fork")
 
 
 def test_a_made_up_parent_is_refused(workspace: Path) -> None:
@@ -64,13 +64,13 @@ def test_a_made_up_parent_is_refused(workspace: Path) -> None:
 def test_approving_a_superseded_contract_is_refused(workspace: Path) -> None:
     first = load_contract(workspace / "program.md").contract
     approve(first, workspace, "alice@example.org")  # allowed while it is current
-    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 400", "max_audits: 350"), "fewer")
+    revise(workspace, workspace / "program.md", draft(workspace, "max_audits: 500", "max_audits: 480"), "fewer")
     with pytest.raises(ApprovalError, match="superseded"):
         approve(first, workspace, "alice@example.org")
 
 
 def test_an_unchanged_draft_or_an_empty_reason_is_refused(workspace: Path) -> None:
-    same = draft(workspace, "max_audits: 400", "max_audits: 400")
+    same = draft(workspace, "max_audits: 500", "max_audits: 500")
     with pytest.raises(Refused, match="does not change"):
         revise(workspace, workspace / "program.md", same, "nothing")
     with pytest.raises(Refused, match="needs a reason"):
@@ -79,7 +79,7 @@ def test_an_unchanged_draft_or_an_empty_reason_is_refused(workspace: Path) -> No
 
 def test_cli_revise_and_history(workspace: Path, monkeypatch) -> None:
     monkeypatch.chdir(workspace)
-    d = draft(workspace, "max_audits: 400", "max_audits: 350")
+    d = draft(workspace, "max_audits: 500", "max_audits: 480")
     result = runner.invoke(app, ["contract", "revise", str(d), "--reason", "fewer audits"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["contract", "history"], catch_exceptions=False)

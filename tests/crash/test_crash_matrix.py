@@ -39,10 +39,11 @@ SIL = Path(sys.executable).parent / "sil"
 RUN_TIMEOUT_S = 240
 # A tiny contract: all three arms, a few candidates, no simulated crashes (only ours).
 TINY = {
-    "max_audits: 400": "max_audits: 30",
+    "max_audits: 500": "max_audits: 30",
     "arm_audits: {never: 24, random: 20, gate: 130}": "arm_audits: {never: 4, random: 4, gate: 14}",
     "final_check_rounds: 4": "final_check_rounds: 1",
     "certify_rounds: 70": "certify_rounds: 1",
+    "certify_random: true": "certify_random: false",  # tests of the random arm certify it themselves
     "baseline_k: 5": "baseline_k: 1",
     "calibration_pairs: 12": "calibration_pairs: 2",
     "replicate_k: 48": "replicate_k: 2",

@@ -94,16 +94,24 @@ def test_check_names_missing_sdk_credential_and_approval_of_a_real_contract(work
 
 def test_dry_run_counts_every_audit_the_run_can_make() -> None:
     plan = planned_audits(load_contract(REPO / "program.md").contract)
-    # preflight 1 + baseline 5 + arms 24+20+130 + certification 2x40 + random final check 2x4
-    # + the held-out-certified gate champion's search-seed check 2x4
-    assert (plan.preflight, plan.baseline, plan.certification, plan.final_checks) == (1, 5, 140, 8)
-    assert plan.search_check == 8 and plan.total == 336
+    # preflight 1 + baseline 5 + arms 24+20+130 + certification 2x70 for each of the gate and the
+    # random arm (budget.certify_random) + each held-out-certified champion's search-seed check 2x4
+    assert (plan.preflight, plan.baseline, plan.certification, plan.final_checks) == (1, 5, 280, 0)
+    assert plan.search_check == 16 and plan.total == 476
+
+
+def test_an_uncertified_random_arm_is_planned_a_final_check_not_a_certification() -> None:
+    contract = load_contract(REPO / "program.md").contract
+    plain = contract.model_copy(update={"budget": contract.budget.model_copy(update={"certify_random": False})})
+    plan = planned_audits(plain)
+    assert (plan.certification, plan.final_checks, plan.search_check) == (140, 8, 8)
+    assert plain.certified_arms() == ["gate"] and contract.certified_arms() == ["random", "gate"]
 
 
 def test_dry_run_prints_the_full_count(workspace, monkeypatch) -> None:
     monkeypatch.chdir(workspace)
     result = invoke("run", "--dry-run")
-    assert result.exit_code == 0 and "audits the run can make: 336" in result.output
+    assert result.exit_code == 0 and "audits the run can make: 476" in result.output
 
 
 def test_yaml_errors_count_lines_of_the_file() -> None:
