@@ -30,6 +30,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +43,10 @@ from sil.base.diskspace import DiskFull, mentions_disk_error
 from sil.base.faults import crashpoint
 from sil.contract import prepare
 from sil.contract.schema import Contract
-from sil.exec import attempts, auditproc, zygote
+from sil.exec import attempts, auditproc, useproof, zygote
 from sil.exec.attempts import AuditStateUnknown
 from sil.exec.auditproc import AuditTimedOut, WorkerLost
+from sil.integrity.records import AuditUse
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
 from sil_policy.evidence import AUDIT_DIR_ENV, TOKEN_COUNT_ENV, Evidence, Usage
@@ -71,6 +73,8 @@ class AuditRequest(BaseModel):
     pair_key: str | None = None
     # which frozen seeds the audit runs: the search seeds, or the held-out ones (certification only)
     seed_set: prepare.SeedSet = "search"
+    # the other arm's policy set in a pair: the target's inputs must show what sets this one apart
+    contrast_dir: Path | None = None
 
 
 class AuditResult(BaseModel):
@@ -90,6 +94,7 @@ class AuditResult(BaseModel):
     backend: str
     log_path: str | None = None
     diagnostics: list[str] = []
+    use: dict[str, AuditUse] = {}  # per surface the pair differs on (sil/exec/useproof.py)
 
     @property
     def ok(self) -> bool:
@@ -103,10 +108,17 @@ class GapError(Exception):
     a gap is charged to the budget and its transcript can be reviewed.
     """
 
-    def __init__(self, reason: str, usage: Usage | None = None, log_path: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        usage: Usage | None = None,
+        log_path: str | None = None,
+        use: dict[str, AuditUse] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.usage = usage or Usage()
         self.log_path = log_path
+        self.use = use or {}  # an audit whose target inputs refute the policy's use says where
 
 
 @dataclass(frozen=True)
@@ -448,18 +460,39 @@ def run_audit(
             raise GapError(f"audit process exited {rc}: {tail}")
         evidence = backend.read_evidence(req, ctx)
         wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
-        return score_evidence(req, ctx, evidence, wall)
+        return with_use(score_evidence(req, ctx, evidence, wall), req, ctx, backend)
     except GapError as gap:
         return AuditResult(
             audit_id=req.audit_id,
             status="gap",
             gap_reason=str(gap),
+            use=gap.use,
             wall_s=round(time.monotonic() - start, 3),
             simulated=backend.simulated,
             backend=backend.name,
             usage=evidence.usage if evidence else gap.usage,
             log_path=evidence.log_path if evidence else gap.log_path,
         )
+
+
+def target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> str | None:
+    """Everything the target model was given in the audit, if the backend can show it (None: it
+    cannot). Raises GapError when it can but the audit's record of it is unreadable."""
+    reader: Callable[[AuditRequest, MeasureContext], str | None] | None = getattr(backend, "target_inputs", None)
+    return None if reader is None else reader(req, ctx)
+
+
+def with_use(result: AuditResult, req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:
+    """The scored audit with its per-surface use; a gap (GapError) when its target inputs show
+    another policy than the one it reported. An audit of a set alone has nothing to tell apart."""
+    if req.contrast_dir is None:
+        return result
+    expected = useproof.expectations(useproof.load_docs(req.policy_dir), useproof.load_docs(req.contrast_dir))
+    inputs = target_inputs(req, ctx, backend) if any(e.checkable for e in expected) else None
+    report = useproof.check(expected, inputs)
+    if report.refuted is not None:
+        raise GapError(report.refuted, usage=result.usage, log_path=result.log_path, use=report.use)
+    return result.model_copy(update={"use": report.use})
 
 
 def _mark_disk_failure(req: AuditRequest) -> None:

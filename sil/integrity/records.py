@@ -22,6 +22,10 @@ from sil.stats.fitness import NoiseEstimate
 from sil.stats.gate import ErrorBudget, GateDecision
 from sil_policy.evidence import Usage
 
+# Whether one audit's target inputs show the use of a surface where its set differs from the
+# other arm's: the set's text is there, nothing there to tell, or another policy's text is there.
+AuditUse = Literal["proven", "not_provable", "refuted"]
+
 
 class Payload(BaseModel):
     """Base of every record payload: plain JSON, unknown fields refused when read back."""
@@ -140,6 +144,9 @@ class AuditRecord(Payload):
     simulated: bool
     log_path: str | None
     diagnostics: list[str]
+    # per surface where the audited set differs from the other arm's: whether the target's inputs
+    # show its use (sil/exec/use.py); empty for audits of a set alone (baseline, A/A pairs)
+    use: dict[str, AuditUse] = {}
 
 
 class RoundRecord(Payload):

@@ -12,6 +12,10 @@ what was loaded makes the probe inconclusive (`gap_reason`): unknown is not a pa
     if not report.passed:
         raise SystemExit(report.summary())
     preflight_phase(rc)          # the run's phase: retries gaps, records each probe, halts on a miswire
+
+The sentinels prove wiring once; every later audit of a pair is checked for use of its own
+policy in its target's inputs (sil/exec/useproof.py), so a runtime honest only while a sentinel
+is present is caught there.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ import dataclasses
 import hashlib
 import secrets
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sil.base.errors import Halt
 from sil.exec import measure
 from sil.exec.measure import AuditBackend, AuditRequest, GapError, MeasureContext
+from sil.exec.useproof import PROMPT_VISIBLE
 from sil.integrity.records import Keys, PreflightReport, SurfaceProbe, Use
 from sil.run.context import RunContext
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface, validate_document
@@ -35,11 +39,10 @@ from sil_policy.evidence import Evidence
 
 PREFLIGHT_SEEDS = 1
 SENTINEL_PREFIX = "sil_preflight_"
-# Surfaces whose sentinel text a runtime that uses them puts in the target model's inputs
-# (system prompt sections, skills section, team list). The others change behaviour only
-# conditionally (a forbidden tool that does not exist, a disabled planning step): their use
-# cannot be shown by one audit, only their loading.
-PROMPT_VISIBLE = ("wrapper_prompt", "skill_catalog", "agent_contracts")
+# PROMPT_VISIBLE: surfaces whose sentinel text a runtime that uses them puts in the target
+# model's inputs (system prompt sections, skills section, team list). The others change
+# behaviour only conditionally (a forbidden tool that does not exist, a disabled planning step):
+# their use cannot be shown by one audit, only their loading.
 
 
 def sentinel_document(surface: str, document: dict[str, Any], token: str) -> dict[str, Any]:
@@ -150,11 +153,8 @@ def _reported_hashes(req: AuditRequest, ctx: MeasureContext, backend: AuditBacke
 
 def _target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> str | None:
     """Everything the target model was given, if the backend can show it (None: it cannot)."""
-    reader: Callable[[AuditRequest, MeasureContext], str | None] | None = getattr(backend, "target_inputs", None)
-    if reader is None:
-        return None
     try:
-        return reader(req, ctx)
+        return measure.target_inputs(req, ctx, backend)
     except GapError:
         return None
 

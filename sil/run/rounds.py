@@ -53,6 +53,7 @@ AUDIT_RESULT_FIELDS = {
     "simulated",
     "log_path",
     "diagnostics",
+    "use",
 }
 RECOVERY_ACTIONS = {
     "finished": "score the evidence it left; not re-run",
@@ -78,9 +79,15 @@ def held_back(reserve_usd: float) -> str:
 
 
 def audit_request(
-    run_dir: Path, store: PolicyStore, label: str, what: tuple[str, PolicySet], when: tuple[int, SeedSet]
+    run_dir: Path,
+    store: PolicyStore,
+    label: str,
+    what: tuple[str, PolicySet],
+    when: tuple[int, SeedSet],
+    contrast: PolicySet | None = None,
 ) -> AuditRequest:
-    """The request for the audit of policy set `what` in role `what[0]` of round `label`."""
+    """The request for the audit of policy set `what` in role `what[0]` of round `label`; the
+    target's inputs must show what sets it apart from `contrast` (the other arm of a pair)."""
     (role, ps), (tick, seed_set) = what, when
     audit_id = f"{label}-{role}"
     return AuditRequest(
@@ -91,7 +98,22 @@ def audit_request(
         tick=tick,
         pair_key=label,
         seed_set=seed_set,
+        contrast_dir=store.set_dir(contrast) if contrast is not None else None,
     )
+
+
+def batch_requests(
+    run_dir: Path, store: PolicyStore, label: str, sets: list[tuple[str, PolicySet]], when: tuple[int, SeedSet]
+) -> list[AuditRequest]:
+    """The requests of one batch. In a pair of two different sets each audit is told apart from
+    the other (per-audit proof of use); a batch of one set (baseline, A/A) has nothing to tell apart."""
+    distinct = {ps.set_id: ps for _, ps in sets}
+    reqs = []
+    for role, ps in sets:
+        others = [p for set_id, p in distinct.items() if set_id != ps.set_id]
+        contrast = others[0] if len(others) == 1 and len(distinct) == 2 else None
+        reqs.append(audit_request(run_dir, store, label, (role, ps), when, contrast))
+    return reqs
 
 
 class RoundRunner:
@@ -193,10 +215,7 @@ class RoundRunner:
                 f"round {label} was planned on the {planned.seed_set} seeds but is resumed on the {seed_set} "
                 "seeds; the run state and the code disagree: start a new run with --new"
             )
-        reqs = [
-            audit_request(self.journal.run_dir, self.store, label, (role, ps), (planned.tick, seed_set))
-            for role, ps in sets
-        ]
+        reqs = batch_requests(self.journal.run_dir, self.store, label, sets, (planned.tick, seed_set))
         todo = [r for r in reqs if not (r.audit_dir / RESULT_FILE).exists()]
         crashpoint("audit.before_launch")
         if todo:
@@ -267,7 +286,7 @@ class RoundRunner:
                     gap_reason=a.gap_reason or b.gap_reason,
                 ),
             )
-            note_gap(self.journal.state, arm, self.ctx.contract.stop.max_consecutive_gaps)
+            note_gap(self.journal.state, arm, self.ctx.contract.stop.max_consecutive_gaps, a.gap_reason or b.gap_reason)
             return None
         stat = fitness.paired_round_for(
             self.ctx.matrix(a.scores, seed_set),
@@ -351,9 +370,10 @@ def started_and_died(status: attempts.AttemptStatus) -> bool:
     return status.state == "died" and status.pid is not None
 
 
-def note_gap(state: RunState, arm: str, max_gaps: int) -> None:
-    """Count a gapped round of `arm`; a run of `max_gaps` of them halts the run."""
+def note_gap(state: RunState, arm: str, max_gaps: int, reason: str | None = None) -> None:
+    """Count a gapped round of `arm`; a run of `max_gaps` of them halts the run, saying the last reason."""
     gaps = state.consecutive_gaps.get(arm, 0) + 1
     state.consecutive_gaps = {**state.consecutive_gaps, arm: gaps}
     if gaps >= max_gaps:
-        raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds; see the gap reasons in the ledger")
+        last = f"; the last: {reason}" if reason else "; see the gap reasons in the ledger"
+        raise Halt(f"{gaps} consecutive audit gaps in the {arm} rounds{last}")

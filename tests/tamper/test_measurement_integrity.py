@@ -20,7 +20,8 @@ from sil.contract.schema import Contract, load_contract
 from sil.exec import measure
 from sil.exec.backends.petri import call_role, sample_evidence, usage_of
 from sil.exec.measure import GapError, MeasureContext
-from sil.run.preflight import PROMPT_VISIBLE, marker, run_preflight
+from sil.exec.useproof import PROMPT_VISIBLE
+from sil.run.preflight import marker, run_preflight
 from sil.stats import fitness, gate
 from sil_policy import SURFACES
 from tests.conftest import REPO

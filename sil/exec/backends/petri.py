@@ -139,18 +139,21 @@ class PetriBackend:
         )
 
     def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
-        """All text the target model was given in this audit (messages and tools), for the preflight."""
+        """All text the target model was given in this audit (messages and tools of every call the
+        target's model served, subagent calls included), each distinct text once: for the preflight
+        and the per-audit proof of use. Every call repeats the system prompt and the conversation
+        so far, so the distinct texts are far fewer than the calls' inputs."""
         path = find_log(req.audit_dir / LOG_DIR)
         try:
             log = read_eval_log(str(path), resolve_attachments=True)
         except Exception as ex:
             raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
-        parts = []
+        parts: dict[str, None] = {}
         for sample in log.samples or []:
             for event in sample.events:
                 if isinstance(event, ModelEvent) and call_role(event) == "target":
-                    parts += [m.text for m in event.input]
-                    parts += [f"{t.name}: {t.description}" for t in event.tools]
+                    parts.update(dict.fromkeys(m.text for m in event.input))
+                    parts.update(dict.fromkeys(f"{t.name}: {t.description}" for t in event.tools))
         return "\n".join(parts)
 
 
