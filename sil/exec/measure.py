@@ -482,13 +482,21 @@ def target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend)
     return None if reader is None else reader(req, ctx)
 
 
+def sample_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> dict[str, str] | str | None:
+    """What the target was given per sample (`target_inputs_by_sample`), else the audit's inputs
+    as a whole, else None: the backend cannot show them."""
+    reader: Callable[[AuditRequest, MeasureContext], dict[str, str]] | None
+    reader = getattr(backend, "target_inputs_by_sample", None)
+    return target_inputs(req, ctx, backend) if reader is None else reader(req, ctx)
+
+
 def with_use(result: AuditResult, req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:
     """The scored audit with its per-surface use; a gap (GapError) when its target inputs show
     another policy than the one it reported. An audit of a set alone has nothing to tell apart."""
     if req.contrast_dir is None:
         return result
     expected = useproof.expectations(useproof.load_docs(req.policy_dir), useproof.load_docs(req.contrast_dir))
-    inputs = target_inputs(req, ctx, backend) if any(e.checkable for e in expected) else None
+    inputs = sample_inputs(req, ctx, backend) if any(e.checkable for e in expected) else None
     report = useproof.check(expected, inputs)
     if report.refuted is not None:
         raise GapError(report.refuted, usage=result.usage, log_path=result.log_path, use=report.use)

@@ -155,30 +155,45 @@ def _removed(text: str, mine: list[str]) -> bool:
     return len(text.replace(" ", "")) >= MIN_REMOVED
 
 
-def check(expected: list[Expected], inputs: str | None) -> UseReport:
-    """Each differing surface's use as the target's inputs show it (None: the backend cannot show them)."""
+def check(expected: list[Expected], inputs: dict[str, str] | str | None) -> UseReport:
+    """Each differing surface's use as the target's inputs show it, per sample (a runtime honest
+    in one sample of an audit does not pass it); a plain string is one audit's inputs as a whole.
+    None: the backend cannot show them. A sample whose target was given nothing shows nothing."""
     if inputs is None:
         return UseReport(use={e.surface: "not_provable" for e in expected})
-    seen = normalise(inputs)
+    whole = {"the audit": inputs} if isinstance(inputs, str) else inputs
+    seen = {k: text for k, v in whole.items() if (text := normalise(v))} or {"the audit": ""}
     use: dict[str, AuditUse] = {}
     problems = []
     for e in expected:
-        missing = [t for t in e.required if normalise(t) not in seen]
-        still = [t for t in e.removed if normalise(t) in seen]
+        missing = {t: [k for k, v in seen.items() if normalise(t) not in v] for t in e.required}
+        still = {t: [k for k, v in seen.items() if normalise(t) in v] for t in e.removed}
+        missing, still = {t: k for t, k in missing.items() if k}, {t: k for t, k in still.items() if k}
         if missing or still:
             use[e.surface] = "refuted"
-            problems += [f"{e.surface}: text this set has is not in them: «{_shown(t)}»" for t in missing]
-            problems += [f"{e.surface}: text this set removed is still in them: «{_shown(t)}»" for t in still]
-        elif e.required or any(normalise(t) in seen for t in e.conditional):
+            problems += [
+                f"{e.surface}: text this set has is not in them{_where(k, seen)}: «{_shown(t)}»"
+                for t, k in missing.items()
+            ]
+            problems += [
+                f"{e.surface}: text this set removed is still in them{_where(k, seen)}: «{_shown(t)}»"
+                for t, k in still.items()
+            ]
+        elif e.required or any(normalise(t) in v for t in e.conditional for v in seen.values()):
             use[e.surface] = "proven"
         else:
             use[e.surface] = "not_provable"
     if not problems:
         return UseReport(use=use)
-    empty = " (the target model was given no input at all)" if not seen else ""
+    empty = " (the target model was given no input at all)" if not any(seen.values()) else ""
     why = (
         "the runtime reported the sent policy hashes, but the target model's inputs show another policy"
         f"{empty}: {'; '.join(problems)}. The runtime does not use the policy it reports (or its "
         "prompts rewrite the policy's text beyond whitespace)"
     )
     return UseReport(use=use, refuted=why)
+
+
+def _where(samples: list[str], seen: dict[str, str]) -> str:
+    """Which samples a finding holds for, when not for all of them."""
+    return "" if len(samples) == len(seen) else f" (in {len(samples)} of {len(seen)} samples: {', '.join(samples)})"

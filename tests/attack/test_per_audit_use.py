@@ -213,6 +213,17 @@ def test_a_subagents_own_instructions_prove_use_when_shown_and_nothing_when_not(
     assert useproof.check(expected, subagent_call).use == {"agent_contracts": "proven"}
 
 
+def test_a_runtime_honest_in_one_sample_of_an_audit_is_refuted_in_the_others() -> None:
+    expected = useproof.expectations(candidate(), defaults())
+    report = useproof.check(expected, {"seed_a": templated(candidate()), "seed_b": templated(defaults())})
+    assert report.use["wrapper_prompt"] == "refuted"
+    assert "wrapper_prompt: text this set has is not in them (in 1 of 2 samples: seed_b)" in (report.refuted or "")
+    # a sample whose target was given nothing shows nothing either way; an audit with none at all is refuted
+    assert useproof.check(expected, {"seed_a": templated(candidate()), "seed_b": ""}).refuted is None
+    nothing = useproof.check(expected, {"seed_a": "", "seed_b": " "})
+    assert "the target model was given no input at all" in (nothing.refuted or "")
+
+
 # ---------------------------------------------------------------- one audit, through measure.run_audit
 
 
@@ -281,6 +292,20 @@ def test_an_audit_whose_target_saw_the_defaults_is_a_gap_naming_the_surface(work
     assert "wrapper_prompt: text this set has is not in them" in (result.gap_reason or "")
     honest = audit(workspace, tmp_path / "h", candidate(), FakeRuntime(lambda req: templated(candidate())))
     assert honest.ok and set(honest.use.values()) == {"proven"}
+
+
+class PerSample(Blind):
+    """Shows the target's inputs per sample: the candidate's text in the first seed, the
+    defaults in the others (a runtime honest now and then)."""
+
+    def target_inputs_by_sample(self, req, ctx):
+        return {s: templated(candidate() if i == 0 else defaults()) for i, s in enumerate(ctx.seed_ids)}
+
+
+def test_an_audit_honest_in_its_first_sample_only_is_a_gap(workspace: Path, tmp_path: Path) -> None:
+    result = audit(workspace, tmp_path, candidate(), PerSample())
+    assert result.status == "gap" and result.use["wrapper_prompt"] == "refuted"
+    assert "samples:" in (result.gap_reason or "")
 
 
 def test_a_candidate_whose_use_cannot_show_records_not_provable(workspace: Path, tmp_path: Path) -> None:

@@ -139,22 +139,29 @@ class PetriBackend:
         )
 
     def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
-        """All text the target model was given in this audit (messages and tools of every call the
-        target's model served, subagent calls included), each distinct text once: for the preflight
-        and the per-audit proof of use. Every call repeats the system prompt and the conversation
-        so far, so the distinct texts are far fewer than the calls' inputs."""
+        """All text the target model was given in this audit, for the preflight."""
+        return "\n".join(self.target_inputs_by_sample(req, ctx).values())
+
+    def target_inputs_by_sample(self, req: AuditRequest, ctx: MeasureContext) -> dict[str, str]:
+        """Per sample, the text the target model was given (messages and tools of every call the
+        target's model served, subagent calls included), each distinct text once: for the
+        per-audit proof of use. Every call repeats the system prompt and the conversation so far,
+        so the distinct texts are far fewer than the calls' inputs."""
         path = find_log(req.audit_dir / LOG_DIR)
         try:
             log = read_eval_log(str(path), resolve_attachments=True)
         except Exception as ex:
             raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
-        parts: dict[str, None] = {}
+        out = {}
         for sample in log.samples or []:
+            parts: dict[str, None] = {}
             for event in sample.events:
                 if isinstance(event, ModelEvent) and call_role(event) == "target":
                     parts.update(dict.fromkeys(m.text for m in event.input))
                     parts.update(dict.fromkeys(f"{t.name}: {t.description}" for t in event.tools))
-        return "\n".join(parts)
+            key = str(sample.id) if sample.epoch == 1 else f"{sample.id} (epoch {sample.epoch})"
+            out[key] = "\n".join(parts)
+        return out
 
 
 def params(contract: Contract) -> PetriParams:
