@@ -13,12 +13,14 @@ than `MIN_DISTINCT` characters are too common to prove anything and are not chec
 Fields are of two kinds. *Required* fields reach the target in every audit of a runtime that
 uses the surface: wrapper sections, skill descriptions and agent roles (the prompt-visible
 surfaces whose sentinels the preflight finds). A distinctive required string missing from the
-inputs refutes use. *Conditional* fields reach it only on some paths (an agent's own instructions
-when that agent runs, planning and reflection prompts when enabled, a tool's description when the
-tool is shown): found, they prove use; missing, they prove nothing.
+inputs of any sample (seed) in which the target was called refutes use. *Conditional* fields
+reach it only on some paths (an agent's own instructions when that agent runs, planning and
+reflection prompts when enabled, a tool's description when the tool is shown): found, they
+prove use; missing, they prove nothing. A refuted audit is a gap (sil/exec/measure.py), so no
+score and no verdict rests on it.
 
     expected = expectations(load_docs(policy_dir), load_docs(other_dir))   # per differing surface
-    report = check(expected, inputs)       # per-surface use, and why use is refuted (or None)
+    report = check(expected, inputs_by_sample)   # per-surface use, and why use is refuted (or None)
 """
 
 from __future__ import annotations
