@@ -4,7 +4,9 @@ Every audit runs in its own process group with a fixed timeout, an environment b
 allowlist (no inherited secrets), its own fresh directory, and, per policy surface, an
 OVERRIDE path to a read-only copy of the policy file plus STRICT=1. Its evidence is trusted
 only if the runtime reports the exact policy hashes the loop sent; a missing, unreadable or
-untrusted output is a *gap* with a reason, never a score.
+untrusted output is a *gap* with a reason, never a score. An audit of one arm of a pair is also
+a gap when its target's inputs show another policy than the one reported (`with_use`,
+sil/exec/useproof.py); its result records, per surface the pair differs on, whether use showed.
 
 Every launch is logged in `<audit_dir>/attempts` (one JSON line per event: `launch` by the
 loop before it starts the process, `start` with the process id and `exit` with its status

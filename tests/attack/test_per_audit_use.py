@@ -74,6 +74,7 @@ def small_run(workspace: Path, backend: SimBackend, monkeypatch: pytest.MonkeyPa
         f"  surfaces: [{search}]",
     )
     edit_contract(workspace / "program.md", "canary_max_shift: 1.0", "canary_max_shift: null")
+    edit_contract(workspace / "program.md", "arms: [never, random, gate]", "arms: [never, random]")  # verdicts, fast
     monkeypatch.setattr(train, "make_backend", lambda name: backend)
     rc = open_loop(workspace)
     train.run_phases(rc)
