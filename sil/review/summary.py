@@ -6,6 +6,7 @@ render(summary, console)
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -89,6 +90,14 @@ class Summary(BaseModel):
     alpha_search: float | None = None  # two-stage: the search stage's level per confirmation
     alpha_certify: float | None = None
     random_certified: bool = False  # budget.certify_random: the random arm faced the gate's certification
+    # per surface where a pair's arms differ, how many audits showed its use (sil/exec/useproof.py)
+    use: dict[str, int] = {}
+
+
+def use_counts(records: list[Record]) -> dict[str, int]:
+    """How often a pair audit's differing surface was proven, not provable or refuted in use."""
+    counts = Counter(u for r in records if r.type == "audit" for u in r.payload.get("use", {}).values())
+    return {k: counts[k] for k in ("proven", "not_provable", "refuted") if counts[k]}
 
 
 def _level(records: list[Record], arm: str, dim: str) -> float | None:
@@ -207,6 +216,7 @@ def build_summary(
         alpha_search=contract.promotion.alpha_search,
         alpha_certify=contract.promotion.alpha_certify,
         random_certified=contract.budget.certify_random and contract.budget.certify_rounds > 0,
+        use=use_counts(records),
     )
 
 
@@ -337,6 +347,9 @@ def render(s: Summary, console: Console) -> None:
     if any(a.arm == "random" for a in s.arms):
         console.print(random_arm_line(s))
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
+    if s.use:
+        shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.use.items())
+        console.print(f"use of the sent policy in pair audits, per differing surface: {shown}")
     console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
     if s.mutator_calls:
         console.print(

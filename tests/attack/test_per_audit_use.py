@@ -24,6 +24,7 @@ from sil.exec import measure, useproof
 from sil.exec.backends.sim import SimBackend
 from sil.exec.measure import AuditRequest, MeasureContext
 from sil.integrity import ledger
+from sil.review.summary import use_counts
 from sil.run import train
 from sil.run.preflight import SENTINEL_PREFIX
 from sil_policy import SURFACES, canonical_bytes, content_hash
@@ -100,6 +101,7 @@ def test_a_runtime_honest_only_under_a_sentinel_is_halted_naming_the_surface(
     assert not verdicts, "no KEEP/REVERT may rest on an audit of the defaults"
     rounds = {r.payload["round"]: r.payload for r in records if r.type == "round"}
     assert all(rounds[a["round"]]["verdict"] == "gap" for a in refuted)
+    assert use_counts(records)["refuted"] == len(refuted)  # the run's summary says so too
 
 
 def test_an_honest_runtime_through_the_same_run_proves_use_in_every_pair(
@@ -113,6 +115,7 @@ def test_an_honest_runtime_through_the_same_run_proves_use_in_every_pair(
     assert "proven" in {u for a in changed for u in a["use"].values()}
     assert "refuted" not in {u for a in changed for u in a["use"].values()}
     assert any(r.type == "verdict" for r in records)
+    assert "refuted" not in use_counts(records) and use_counts(records)["proven"] > 0
 
 
 # ---------------------------------------------------------------- the check on its own
