@@ -19,8 +19,6 @@ report says that anyone able to rewrite git refs could replace them.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,35 +26,20 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from sil.base.sshsig import SignatureError, Signer, sign, verify
+from sil.integrity.gitrefs import BARE_REPO as BARE_REPO
+from sil.integrity.gitrefs import META_FILE, NAMESPACE, NOTE_FILE, PROJECT_FILE, SIG_FILE, Git, checkpoint_ref_of
+from sil.integrity.gitrefs import PROJECT_REF as PROJECT_REF
+from sil.integrity.gitrefs import REF_PREFIX as REF_PREFIX
+from sil.integrity.gitrefs import CheckpointError as CheckpointError
+from sil.integrity.gitrefs import anchor_repo as anchor_repo
 from sil.integrity.ledger import GENESIS, Record, VerifyReport, check_run_id, read_snapshot, verify_bytes
 from sil.integrity.witness import Witness, WitnessEntry, WitnessError
 
-NAMESPACE = "sil-ledger"
-BARE_REPO = Path("state") / "anchors.git"
 ALLOWED_SIGNERS_DEFAULT = Path("state") / "allowed_signers"
-REF_PREFIX = "refs/sil"
-PROJECT_REF = f"{REF_PREFIX}/project"
-PROJECT_FILE = "project"
-NOTE_FILE = "checkpoint"
-META_FILE = "checkpoint.json"
-SIG_FILE = "checkpoint.sig"
-GIT_TIMEOUT_S = 60.0
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "sil",
-    "GIT_AUTHOR_EMAIL": "sil@localhost",
-    "GIT_COMMITTER_NAME": "sil",
-    "GIT_COMMITTER_EMAIL": "sil@localhost",
-}
-# Durable objects and refs: an anchor that a power cut can erase anchors nothing.
-GIT_DURABLE = ["-c", "core.fsync=committed", "-c", "core.fsyncMethod=fsync"]
 UNSIGNED_NOTE = (
     "checkpoints are unsigned: they anchor the ledger in git, but anyone able to "
     "rewrite git refs could replace them; set SIL_SIGNING_KEY and SIL_SIGNER to sign"
 )
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written or read (git failure, ledger that does not verify)."""
 
 
 class Checkpoint(BaseModel):
@@ -78,30 +61,6 @@ class Checkpoint(BaseModel):
 
     def note(self) -> bytes:
         return f"{NAMESPACE}/{self.run_id}\n{self.records}\n{self.size}\n{self.head_hash}\n".encode()
-
-
-def anchor_repo(root: Path, *, create: bool = True) -> Path | None:
-    """Where checkpoints live: the project's own git repo, else a tool-owned bare repo.
-
-    Refs under `refs/sil/` in the project repo can be pushed to a protected remote, which
-    then witnesses the ledger; the bare repo is the fallback for projects without git.
-    """
-    root = Path(root)
-    if _is_git_repo(root):
-        return root
-    bare = root / BARE_REPO
-    if not bare.exists():
-        if not create:
-            return None
-        bare.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["git", "init", "-q", "--bare", str(bare)],
-            check=True,
-            capture_output=True,
-            env=_git_env(),
-            timeout=GIT_TIMEOUT_S,
-        )
-    return bare
 
 
 def project_id(root: Path, *, create: bool = True) -> str | None:
@@ -129,25 +88,8 @@ def project_id(root: Path, *, create: bool = True) -> str | None:
     raise CheckpointError(f"could not read or create {PROJECT_REF} in {repo}")
 
 
-def _is_git_repo(path: Path) -> bool:
-    proc = subprocess.run(
-        ["git", "-C", str(path), "rev-parse", "--git-dir"],
-        capture_output=True,
-        env=_git_env(),
-        timeout=GIT_TIMEOUT_S,
-        check=False,
-    )
-    return proc.returncode == 0
-
-
-def _git_env() -> dict[str, str]:
-    """The caller's environment without GIT_* variables (a hook's GIT_DIR must not leak in)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    return {**env, **GIT_IDENTITY}
-
-
 def checkpoint_ref(run_id: str) -> str:
-    return f"{REF_PREFIX}/{check_run_id(run_id)}/checkpoints"
+    return checkpoint_ref_of(check_run_id(run_id))
 
 
 def write_checkpoint(
@@ -328,61 +270,11 @@ def signature_errors(checkpoints: list[Checkpoint], allowed: Path) -> list[str]:
     return errors
 
 
-class GitPlumbing:
-    """Plumbing-only git access (objects and refs under refs/sil), never the index or work tree.
+class GitPlumbing(Git):
+    """`Git` with the checkpoints' own objects: one commit per checkpoint under refs/sil/<run>/checkpoints.
 
     Used for checkpoints here and for the policy history in `sil/store/policyrefs.py`.
     """
-
-    def __init__(self, repo_dir: Path) -> None:
-        self.repo = Path(repo_dir)
-        self.env = _git_env()
-        if self.run("rev-parse", "--git-dir").returncode != 0:
-            raise CheckpointError(
-                f"{self.repo} is not a git repository: checkpoints are "
-                "stored as git refs; run `git init` there or pick the repo"
-            )
-
-    def run(
-        self, *args: str, data: bytes | None = None, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[bytes]:
-        try:
-            return subprocess.run(
-                ["git", *GIT_DURABLE, "-C", str(self.repo), *args],
-                input=data,
-                capture_output=True,
-                env={**self.env, **(env or {})},
-                timeout=GIT_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as ex:
-            raise CheckpointError(f"git {args[0]} failed: {ex}") from None
-
-    def out(self, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> str:
-        proc = self.run(*args, data=data, env=env)
-        if proc.returncode != 0:
-            raise CheckpointError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
-        return proc.stdout.decode().strip()
-
-    def tree(self, files: dict[str, bytes]) -> str:
-        """A flat tree of regular files (written as blobs), by name."""
-        entries = "".join(f"100644 blob {self.blob(data)}\t{name}\n" for name, data in sorted(files.items()))
-        return self.out("mktree", data=entries.encode())
-
-    def commit(self, tree: str, message: str, parents: list[str], date: str | None = None) -> str:
-        """`commit-tree`; with a fixed `date` the same inputs always give the same commit id."""
-        args = ["commit-tree", "--no-gpg-sign", tree, "-m", message]
-        for parent in parents:
-            args += ["-p", parent]
-        env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date} if date else None
-        return self.out(*args, env=env)
-
-    def resolve(self, ref: str) -> str | None:
-        proc = self.run("rev-parse", "--verify", "--quiet", ref + "^{commit}")
-        return proc.stdout.decode().strip() if proc.returncode == 0 else None
-
-    def blob(self, data: bytes) -> str:
-        return self.out("hash-object", "-w", "--stdin", data=data)
 
     def commit_checkpoint(self, cp: Checkpoint, parent: str | None) -> str:
         meta = cp.model_dump(mode="json", exclude={"signature", "commit"})
@@ -400,25 +292,6 @@ class GitPlumbing:
         names = [f"{c}:{name}" for c in commits for name in (NOTE_FILE, META_FILE, SIG_FILE)]
         blobs = self.cat_batch(names)
         return [self._parse(c, *blobs[3 * i : 3 * i + 3]) for i, c in enumerate(commits)]
-
-    def cat_batch(self, names: list[str]) -> list[bytes | None]:
-        """Contents of many objects with one `git cat-file --batch` (None when missing)."""
-        proc = self.run("cat-file", "--batch", data="".join(n + "\n" for n in names).encode())
-        if proc.returncode != 0:
-            raise CheckpointError(f"git cat-file failed: {proc.stderr.decode(errors='replace')}")
-        out, pos = proc.stdout, 0
-        result: list[bytes | None] = []
-        for _ in names:
-            end = out.index(b"\n", pos)
-            header = out[pos:end].split()
-            pos = end + 1
-            if header[-1] == b"missing" or len(header) != 3:
-                result.append(None)
-                continue
-            size = int(header[2])
-            result.append(out[pos : pos + size])
-            pos += size + 1
-        return result
 
     @staticmethod
     def _parse(commit: str, note: bytes | None, meta: bytes | None, sig: bytes | None) -> Checkpoint:

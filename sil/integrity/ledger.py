@@ -25,11 +25,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from sil.base import runid
 from sil.base.fsutil import atomic_write_bytes
+
+# defined without pydantic for the quick views, and read from here by the rest of the package
+from sil.integrity.chain import GENESIS as GENESIS
+from sil.integrity.chain import canonical as canonical
+from sil.integrity.chain import ledger_lock as ledger_lock
+from sil.integrity.chain import read_snapshot as read_snapshot
+from sil.integrity.chain import record_hash as record_hash
 from sil.integrity.records import (
     RECORD_TYPES,
     Keys,
@@ -41,7 +47,6 @@ from sil.integrity.records import (
     record_type,
 )
 
-GENESIS = "0" * 64
 _TAIL_CHUNK = 65536
 P = TypeVar("P", bound=Payload)
 
@@ -74,15 +79,6 @@ class VerifyReport(BaseModel):
     size: int = 0
     checkpoints: int = 0
     notes: list[str] = []
-
-
-def canonical(obj: Any) -> bytes:
-    """Canonical JSON bytes: sorted keys, no spaces, UTF-8, and NaN/inf refused."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def record_hash(fields: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical({k: v for k, v in fields.items() if k != "hash"})).hexdigest()
 
 
 def check_run_id(run_id: str) -> str:
@@ -202,18 +198,6 @@ class Ledger:
         while (p := self.path.with_name(f"{self.path.name}.torn-{n}")).exists():
             n += 1
         return p
-
-
-def ledger_lock(path: Path) -> FileLock:
-    """The lock every writer (and a consistent reader) of this ledger takes."""
-    # Keyed by the real path: two names (a symlink alias) for one ledger share one lock.
-    return FileLock(os.path.realpath(path) + ".lock", fallback_to_soft=False)
-
-
-def read_snapshot(path: Path) -> bytes:
-    """The ledger's bytes as of one instant, read under the writers' lock."""
-    with ledger_lock(Path(path)):
-        return Path(path).read_bytes()
 
 
 def _write_line(fd: int, line: bytes) -> None:

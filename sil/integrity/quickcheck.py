@@ -1,0 +1,132 @@
+"""`verify.verify_chain_and_checkpoints` for a ledger that passes it, without pydantic (`sil runs`).
+
+The same checks, on the same snapshot: the hash chain (chain.clean_chain), every record naming
+the run of its folder, the run's project, and every git checkpoint still a prefix of the
+ledger. It answers only "all of them pass" (a `QuickCheck`) or None: on None, or on anything it
+cannot read plainly, the caller runs the full verifier, which names what is wrong. So nothing
+shows "ok" here that the full check would not, and no result is cached between calls.
+
+    found = quick_check(run_dir / "ledger.jsonl", root)   # None: verify_chain_and_checkpoints(...)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sil.base.runid import RunIdError, check_run_id
+from sil.integrity.chain import GENESIS, Entry, clean_chain, read_snapshot
+from sil.integrity.gitrefs import (
+    META_FILE,
+    NAMESPACE,
+    NOTE_FILE,
+    PROJECT_FILE,
+    PROJECT_REF,
+    SIG_FILE,
+    CheckpointError,
+    Git,
+    anchor_repo,
+    checkpoint_ref_of,
+)
+
+NAMES = (NOTE_FILE, META_FILE, SIG_FILE)
+
+
+@dataclass(frozen=True)
+class QuickCheck:
+    entries: list[Entry]  # the records of the snapshot that was checked
+    checkpoints: int
+
+    @property
+    def records(self) -> int:
+        return len(self.entries)
+
+
+def quick_check(ledger_path: Path, root: Path) -> QuickCheck | None:
+    """Every check of `verify_chain_and_checkpoints` passed (None: run that, for its errors)."""
+    path = Path(ledger_path)
+    data = read_snapshot(path) if path.exists() else b""
+    entries = clean_chain(data)
+    if entries is None:
+        return None
+    ids = {e.run_id for e in entries}
+    if ids and ids != {path.parent.name}:
+        return None  # copied from another run
+    run_id = entries[0].run_id if entries else path.parent.name
+    try:
+        ref = checkpoint_ref_of(check_run_id(run_id))
+    except RunIdError:
+        return None
+    project = _declared_project(entries)
+    repo = anchor_repo(root, create=False)
+    if repo is None:
+        return None if project else QuickCheck(entries, 0)  # a run naming a project needs its id
+    anchored = _anchored(repo, ref, project)
+    if anchored is None or not _prefixes(data, entries, anchored):
+        return None
+    return QuickCheck(entries, len(anchored))
+
+
+def _declared_project(entries: list[Entry]) -> str | None:
+    """The project the run's first record names, when it names one."""
+    if not entries or entries[0].type != "contract":
+        return None
+    project = entries[0].payload.get("project")
+    return str(project) if project else None
+
+
+def _anchored(repo: Path, ref: str, project: str | None) -> list[tuple[int, int, str]] | None:
+    """(records, size, head) of every checkpoint, oldest first, if the project id is `project`
+    (when the run names one); None when a checkpoint is unreadable or the project differs."""
+    git = Git(repo, check=False)  # anchor_repo found it; a broken one fails below
+    listed = git.run("rev-list", "--first-parent", "--reverse", ref + "^{commit}", "--")
+    if listed.returncode != 0:
+        try:
+            if Git(repo).resolve(ref) is not None:
+                return None
+        except CheckpointError:
+            return None
+    commits = listed.stdout.decode().split() if listed.returncode == 0 else []
+    names = [f"{c}:{n}" for c in commits for n in NAMES] + [f"{PROJECT_REF}^{{commit}}:{PROJECT_FILE}"]
+    try:
+        blobs = git.cat_batch(names)
+        here = blobs[-1]
+        if project is not None and (here is None or here.decode().strip() != project):
+            return None
+        found = [_head(*blobs[3 * i : 3 * i + 3]) for i in range(len(commits))]
+    except (CheckpointError, ValueError, TypeError, IndexError):
+        return None
+    return None if any(f is None for f in found) else [f for f in found if f is not None]
+
+
+def _head(note: bytes | None, meta: bytes | None, sig: bytes | None) -> tuple[int, int, str] | None:
+    """A checkpoint as `GitPlumbing._parse` reads it (records, size, head), or None where it refuses one."""
+    origin, records, size, head = (note or b"").decode().splitlines()
+    fields = json.loads(meta or b"{}")
+    if not isinstance(fields, dict) or any(type(fields.get(k)) is not str for k in ("run_id", "created_at")):
+        return None
+    if fields.get("signer") is not None and type(fields["signer"]) is not str:
+        return None
+    if sig is not None:
+        sig.decode()
+    if origin != f"{NAMESPACE}/{fields['run_id']}":
+        return None
+    return int(records), int(size), head
+
+
+def _prefixes(data: bytes, entries: list[Entry], anchored: list[tuple[int, int, str]]) -> bool:
+    """`checkpoint.compare_checkpoints` finds nothing: each checkpoint is still a prefix."""
+    heads: list[tuple[int, str]] = []
+    offset = 0
+    for line, entry in zip(data.split(b"\n"), entries, strict=False):
+        offset += len(line) + 1
+        heads.append((offset, entry.hash))
+    last = 0
+    for records, size, head in anchored:
+        if records < last or records > len(heads):
+            return False
+        last = records
+        if (heads[records - 1] if records else (0, GENESIS)) != (size, head):
+            return False
+    return True
