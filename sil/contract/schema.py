@@ -16,11 +16,12 @@ import os
 import unicodedata
 from ipaddress import ip_address
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sil.contract.certifies import certified_arms
 from sil.contract.simparams import SimParams
 from sil_policy import SURFACES, describe_validation_errors
 from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE
@@ -577,8 +578,7 @@ class Contract(_Strict):
         """Arms whose final champion is certified against the start: the gate's whenever there
         are certification rounds, the random arm's too with `budget.certify_random`."""
         b = self.budget
-        wanted: list[Arm] = ["random", "gate"] if b.certify_random else ["gate"]
-        return [a for a in wanted if a in self.arms] if b.certify_rounds > 0 else []
+        return cast(list[Arm], certified_arms(self.arms, b.certify_rounds, b.certify_random))
 
     def dimensions(self) -> list[str]:
         p = self.promotion

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
@@ -23,12 +24,12 @@ from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, requir
 from sil.contract.history import LineageError, check_lineage
 from sil.contract.schema import Contract, LoadedContract, approval_free_reason, run_note
 from sil.exec import rayexec
+from sil.exec.auditcount import PlanCounts, plan_counts
 from sil.exec.backends import make_backend
 from sil.policies.store import read_policy_dir
 from sil_policy import PolicyError
 
 POLICIES = Path("state/policies")
-PREFLIGHT_AUDITS = 1
 # inspect-ai model provider -> the Python module its SDK installs (pip extra in pyproject.toml)
 PROVIDER_SDK = {
     "anthropic": ("anthropic", "anthropic"),
@@ -111,24 +112,22 @@ class AuditPlan(BaseModel):
 
     @property
     def total(self) -> int:
-        planned = self.preflight + self.baseline + sum(self.arms.values()) + self.certification + self.final_checks
-        return min(planned + self.search_check, self.max_audits + self.preflight)
+        return PlanCounts(**self.model_dump()).total
 
 
 def planned_audits(c: Contract) -> AuditPlan:
     b = c.budget
-    certified = c.certified_arms()
-    checked_only = [a for a in ("random", "gate") if a in c.arms and a not in certified]
-    return AuditPlan(
-        preflight=PREFLIGHT_AUDITS,
-        baseline=c.promotion.baseline_k,
-        arms={a: n for a, n in b.arm_audits.items() if a in c.arms},
-        certification=2 * b.certify_rounds * len(certified),
-        final_checks=2 * b.final_check_rounds * len(checked_only),
-        max_audits=b.max_audits,
-        # an upper bound: `auto` certifies on the search seeds when the measurement has no held-out ones
-        search_check=(c.measurement.certify_on != "search") * 2 * b.final_check_rounds * len(certified),
+    counts = plan_counts(
+        list(c.arms),
+        {str(a): n for a, n in b.arm_audits.items()},
+        c.promotion.baseline_k,
+        b.certify_rounds,
+        b.final_check_rounds,
+        b.max_audits,
+        c.measurement.certify_on,
+        list(c.certified_arms()),
     )
+    return AuditPlan(**asdict(counts))
 
 
 def most_seeds(measurement: Path) -> int:

@@ -12,8 +12,6 @@ them atomically and refuses to touch a file whose content it did not write itsel
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from sil.base.fsutil import atomic_write_bytes, read_regular
+from sil.policies.setid import set_id_of
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface
 from sil_policy.format import MAX_FILE_BYTES
 
@@ -37,8 +36,7 @@ class PolicySet(BaseModel):
 
     @property
     def set_id(self) -> str:
-        blob = json.dumps(self.hashes, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return set_id_of(self.hashes)
 
 
 def read_policy_dir(directory: Path) -> tuple[PolicySet, dict[str, dict[str, Any]]]:

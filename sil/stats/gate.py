@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from sil.contract.schema import Promotion
+from sil.stats.alphaspent import alpha_spent
 from sil.stats.fitness import NoiseEstimate, RoundStat
 
 if TYPE_CHECKING:  # numpy and scipy load on first use: reading a run (sil runs, status) needs neither
@@ -648,12 +649,7 @@ class ErrorBudget(BaseModel):
 
     @property
     def spent(self) -> float:
-        if self.mode == "elond":
-            return self.alpha_run * self.confirmations / self.max_confirmations
-        if self.mode == "fixed":
-            return math.fsum(self.tested)
-        charged = [a for a, k in zip(self.tested, self.kept, strict=True) if not (k and self.recycle)]
-        return min(math.fsum(charged), self.alpha_run)
+        return alpha_spent(self.mode, self.alpha_run, self.max_confirmations, self.tested, self.kept, self.recycle)
 
     @property
     def remaining(self) -> float:

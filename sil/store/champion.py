@@ -11,14 +11,14 @@ its history (KEEPs, certification, demotions by certification or replication) fr
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Literal
 
 from pydantic import BaseModel
 
 from sil.integrity.ledger import Record
 from sil.store.runstate import RunState
-
-Standing = Literal["unchanged", "rolled_back", "certified", "not_certified", "kept"]
+from sil.store.standing import Standing, arm_standing, demotion_words
 
 
 class Demotion(BaseModel):
@@ -29,9 +29,7 @@ class Demotion(BaseModel):
     reason: str
 
     def words(self) -> str:
-        if self.cause == "certification":
-            return "failed certification against the start"
-        return f"KEEP {self.mutation_id} demoted by a replication"
+        return demotion_words(self.cause, self.mutation_id)
 
 
 class ChampionStatus(BaseModel):
@@ -47,59 +45,10 @@ class ChampionStatus(BaseModel):
     words: str
 
 
-def _standing(changed: bool, keeps: int, certified: bool | None, demotions: list[Demotion]) -> Standing:
-    if not changed:
-        return "rolled_back" if demotions else "unchanged"
-    if certified is None:
-        return "kept"
-    return "certified" if certified else "not_certified"
-
-
-def _words(st: Standing, keeps: int, demotions: list[Demotion]) -> str:
-    why = "; ".join(d.words() for d in demotions)
-    base = {
-        "unchanged": "unchanged (nothing kept)" if not keeps else "unchanged",
-        "rolled_back": f"rolled back to the starting policy: {why}",
-        "certified": "certified against the start",
-        "not_certified": "NOT certified against the start",
-        "kept": "kept, not certified against the start",
-    }[st]
-    return base if st == "rolled_back" or not demotions else f"{base}; earlier {why}"
-
-
 def champion_status(state: RunState, records: list[Record], arm: str) -> ChampionStatus:
     champion = state.arms[arm].champion
-    keeps = sum(
-        1 for r in records if r.type == "verdict" and r.payload["arm"] == arm and r.payload["verdict"] == "keep"
-    )
-    certs = [r.payload for r in records if r.type == "certify" and r.payload["arm"] == arm]
-    demotions = [
-        Demotion(
-            cause=p["cause"],
-            policy_set=p["policy_set"],
-            mutation_id=p.get("mutation_id"),
-            restored=p.get("restored_set") is not None,
-            reason=p["reason"],
-        )
-        for p in (r.payload for r in records if r.type == "demote")
-        if p["arm"] == arm
-    ]
-    of_champion = [c for c in certs if c["policy_set"] == champion.set_id]
-    certified = of_champion[-1]["certified"] if of_champion else None
-    changed = champion != state.origin
-    standing = _standing(changed, keeps, certified, demotions)
-    return ChampionStatus(
-        arm=arm,
-        set_id=champion.set_id,
-        changed=changed,
-        keeps=keeps,
-        demoted=len({(d.policy_set, d.mutation_id) for d in demotions}),
-        certified=certified,
-        certified_sets=[c["policy_set"] for c in certs if c["certified"]],
-        demotions=demotions,
-        standing=standing,
-        words=_words(standing, keeps, demotions),
-    )
+    found = arm_standing(arm, champion.set_id, champion != state.origin, records)
+    return ChampionStatus.model_validate(asdict(found))
 
 
 def champions(state: RunState, records: list[Record]) -> dict[str, ChampionStatus]:
