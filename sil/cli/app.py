@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -32,14 +33,24 @@ from rich.console import Console
 from rich.markup import escape
 
 from sil.base.errors import ExitCode, Refused
+from sil.cli import plaintext
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from sil.contract.schema import LoadedContract
+    from sil.review.statusfacts import OverviewRow
 
 # Everything else is imported inside the command that needs it: `sil --version`, `sil runs`
 # and `sil status` start without scipy, matplotlib, inspect-ai or ray (tests/test_review_trust.py).
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False)
+# `sil --help`, `sil runs --help` and `sil status --help` are declared here (HelpOpt), not by
+# typer: typer coerces its own --help, left at None, through a pydantic validator, and importing
+# pydantic for that alone costs those commands a quarter of a second.
+app = typer.Typer(
+    add_completion=False, add_help_option=False, no_args_is_help=True, pretty_exceptions_show_locals=False
+)
+plaintext.install()  # and a RUN argument is read as typed, not through a pydantic validator
 ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
 app.add_typer(ledger_app, name="ledger", help="Review and verify a run's ledger.")
 # piped output is not cut at 80 columns: tables and summaries keep their full text
@@ -49,6 +60,13 @@ ROOT_MARKERS = ("program.md", "state/policies")
 _invoked_from: list[Path] = []
 
 
+def _help(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:  # as typer's own --help
+        typer.echo(ctx.get_help(), color=ctx.color)
+        raise typer.Exit()
+
+
+HelpOpt = Annotated[bool, typer.Option("--help", is_eager=True, callback=_help, help="Show this message and exit.")]
 ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="Run contract (Markdown + YAML front matter).")]
 
 
@@ -76,6 +94,7 @@ def main(
     show_version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    show_help: HelpOpt = False,
 ) -> None:
     """SIL: search one runtime policy at a time under a frozen contract; every step in a verified ledger.
 
@@ -156,8 +175,12 @@ def _load(path: Path) -> LoadedContract:
 def _run_dir(root: Path, run: str | None) -> Path:
     from sil.review.runview import resolve_run
 
+    return _resolved(resolve_run, root, run)
+
+
+def _resolved(resolve: Callable[[Path, str | None], Path], root: Path, run: str | None) -> Path:
     try:
-        return resolve_run(root, run)
+        return resolve(root, run)
     except Refused as ex:
         _fail(str(ex))
 
@@ -523,21 +546,27 @@ def noise(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")]
 
 
-@app.command("runs")
-def runs_cmd(as_json: JsonOpt = False) -> None:
+@app.command("runs", add_help_option=False)
+def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
     """List every run: contract, backend, phase, audits/budget, USD, KEEPs, hash chain and checkpoints."""
-    from rich.table import Table
+    from dataclasses import asdict
 
-    from sil.review.runview import load_run, run_dirs
-    from sil.review.status import run_overview
+    from sil.review.glance import overview
+    from sil.review.runpaths import run_dirs
 
-    rows = [run_overview(load_run(d)) for d in run_dirs(Path.cwd())]
+    rows = [overview(d) for d in run_dirs(Path.cwd())]
     if as_json:
-        sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in rows], indent=1) + "\n")
+        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
         return
     if not rows:
         out.print("no runs yet under state/runs; start one with `sil run`")
         return
+    out.print(_runs_table(rows))
+
+
+def _runs_table(rows: list[OverviewRow]) -> Table:
+    from rich.table import Table
+
     table = Table()
     for col in ("run", "contract", "backend", "phase", "audits", "USD", "KEEP (arm)", "gate champion", "ledger"):
         table.add_column(col)
@@ -557,23 +586,27 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
             escape(r.champion),
             "ok" if r.verified else f"[red]FAILS[/] {escape(r.verify_note)}",
         )
-    out.print(table)
+    return table
 
 
-@app.command()
+@app.command(add_help_option=False)
 def status(
     run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
     as_json: JsonOpt = False,
+    show_help: HelpOpt = False,
 ) -> None:
     """Where a run stands: phase, arm, candidate, look k of K, audits and USD vs budget, α spent, ETA."""
-    from sil.review.runview import load_run
-    from sil.review.status import run_status, status_lines
-
-    st = run_status(load_run(_run_dir(Path.cwd(), run)))
     if as_json:
-        sys.stdout.write(st.model_dump_json(indent=1) + "\n")
+        from sil.review.runview import load_run
+        from sil.review.status import run_status
+
+        sys.stdout.write(run_status(load_run(_run_dir(Path.cwd(), run))).model_dump_json(indent=1) + "\n")
         return
-    for line in status_lines(st):
+    from sil.review import runpaths
+    from sil.review.glance import status as glance_status
+    from sil.review.statusfacts import status_lines
+
+    for line in status_lines(glance_status(_resolved(runpaths.resolve_run, Path.cwd(), run))):
         out.print(escape(line), highlight=False)
 
 

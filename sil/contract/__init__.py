@@ -1,3 +1,3 @@
 """The run contract: its schema and canonical hash, the frozen measurement (seed library, rubric), the contract history and approvals."""
 
-__all__ = ["approval", "history", "prepare", "schema", "simparams"]
+__all__ = ["approval", "certifies", "history", "prepare", "schema", "simparams"]

@@ -14,17 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sil.base.errors import Halt, Refused
+from sil.base.errors import Halt
 from sil.base.fsutil import atomic_write_bytes
-from sil.base.runid import RunIdError, run_dir_under
 from sil.contract.schema import Contract
 from sil.integrity.ledger import LedgerError, Record, read_records
+from sil.review.runpaths import CONTRACT_SNAPSHOT as CONTRACT_SNAPSHOT
+from sil.review.runpaths import LEDGER as LEDGER
+from sil.review.runpaths import RUNS as RUNS
+from sil.review.runpaths import SWEEPS as SWEEPS
+from sil.review.runpaths import resolve_run as resolve_run
+from sil.review.runpaths import run_dirs as run_dirs
+from sil.review.runpaths import sweep_run_dirs as sweep_run_dirs
 from sil.store.runstate import RunState
-
-RUNS = Path("state/runs")
-SWEEPS = Path("state/sweeps")  # each sweep run is a project of its own: state/sweeps/<id>/state/runs/<id>
-CONTRACT_SNAPSHOT = "contract.json"
-LEDGER = "ledger.jsonl"
 
 
 @dataclass
@@ -62,38 +63,6 @@ class RunView:
     @property
     def critical(self) -> list[str]:
         return list(self.contract.promotion.critical_dimensions) if self.contract else []
-
-
-def run_dirs(root: Path, sweeps: bool = True) -> list[Path]:
-    """Every run folder under state/runs (and of every sweep), oldest first; one without a ledger is skipped."""
-    found = list((root / RUNS).glob(f"*/{LEDGER}"))
-    if sweeps:
-        found += (root / SWEEPS).glob(f"*/{RUNS}/*/{LEDGER}")
-    return sorted((p.parent for p in found), key=lambda p: (p / LEDGER).stat().st_mtime)
-
-
-def sweep_run_dirs(root: Path) -> list[Path]:
-    """The run folders of every sweep under state/sweeps, in name order."""
-    return sorted(p.parent for p in (root / SWEEPS).glob(f"*/{RUNS}/*/{LEDGER}"))
-
-
-def resolve_run(root: Path, run: str | None) -> Path:
-    """The folder of run `run` (default: the most recently written); Refused with how to fix it."""
-    base = root / RUNS
-    if run is None:
-        found = run_dirs(root)
-        if not found:
-            raise Refused(f"no runs under {base}; start one with `sil run`")
-        return found[-1]
-    try:
-        path = run_dir_under(base, run)
-        swept = run_dir_under(root / SWEEPS, run) / RUNS / run
-    except RunIdError as ex:
-        raise Refused(f"{ex} (list them with `sil runs`)") from None
-    for candidate in (path, swept):
-        if (candidate / LEDGER).is_file():
-            return candidate
-    raise Refused(f"no run {run!r} with a ledger under {base} or {root / SWEEPS} (list them with `sil runs`)")
 
 
 def load_run(run_dir: Path) -> RunView:

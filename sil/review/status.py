@@ -9,26 +9,16 @@ extrapolates the mean seconds per audit so far over the audits the run can still
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import socket
-from collections.abc import Callable
-
 from pydantic import BaseModel
 
-from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
 from sil.integrity.verify import verify_chain_and_checkpoints
 from sil.review.runview import LEDGER, RunView
+from sil.review.statusfacts import FINAL_PHASES as FINAL_PHASES
+from sil.review.statusfacts import ChampionLine, OverviewRow, StatusFacts, VerdictLine, is_running, resume_hint, stopped
+from sil.review.statusfacts import readable as readable
 from sil.store.champion import ChampionStatus, champions
 
 LAST_VERDICTS = 5
-LONG_FLOAT = re.compile(r"-?\d+\.\d{4,}")
-
-
-def readable(line: str) -> str:
-    """The line with raw floats (0.33897813308452085) cut to three significant digits."""
-    return LONG_FLOAT.sub(lambda m: f"{float(m.group()):.3g}", line)
 
 
 class Verdict(BaseModel):
@@ -81,36 +71,6 @@ class RunOverview(BaseModel):
     verify_note: str
 
 
-def is_running(view: RunView) -> bool:
-    """True while a live process on this host holds the run's lock (owner file present)."""
-    try:
-        info = json.loads((view.run_dir / (RUN_LOCK + OWNER_SUFFIX)).read_text())
-        if info.get("host") != socket.gethostname():
-            return True  # another host: cannot check its pid, trust the owner file
-        os.kill(int(info["pid"]), 0)
-        return True
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-FINAL_PHASES = ("done", "halted")
-
-
-def stopped(phase: str, running: bool) -> bool:
-    """Neither running nor finished: interrupted (Ctrl-C, a crash, a killed process)."""
-    return not running and phase not in FINAL_PHASES and phase != "unknown"
-
-
-def resume_hint(view: RunView) -> str:
-    """The command that resumes the run, from the project root."""
-    cd = (
-        f"cd {view.project.relative_to(view.project.parents[2])} && "
-        if view.project.parent.name == "sweeps" and view.project.parents[1].name == "state"
-        else ""
-    )
-    return f"{cd}sil run --run-id {view.run_id}"
-
-
 def _current(view: RunView) -> tuple[str | None, str | None, int | None]:
     s = view.state
     if s is None or s.phase not in s.arms:
@@ -131,7 +91,7 @@ def run_status(view: RunView) -> RunStatus:
     audits = s.audits if s else 0
     elapsed = s.elapsed_s if s else 0.0
     planned = plan.total if plan else None
-    running = is_running(view)
+    running = is_running(view.run_dir)
     halted = stopped(s.phase, running) if s else False
     eta = None
     if s and planned and audits and s.phase not in FINAL_PHASES and not halted:
@@ -157,7 +117,7 @@ def run_status(view: RunView) -> RunStatus:
         eta_s=eta,
         halt_reason=s.halt_reason if s else None,
         stopped=halted,
-        resume=resume_hint(view),
+        resume=resume_hint(view.run_dir),
         champions=champions(s, view.records) if s else {},
         last_verdicts=verdicts[-LAST_VERDICTS:],
         problems=view.problems,
@@ -176,7 +136,7 @@ def run_overview(view: RunView) -> RunOverview:
         contract_hash=run.get("contract_hash"),
         backend=run.get("backend"),
         simulated=view.simulated,
-        phase=(f"stopped ({s.phase})" if stopped(s.phase, is_running(view)) else s.phase) if s else "unknown",
+        phase=(f"stopped ({s.phase})" if stopped(s.phase, is_running(view.run_dir)) else s.phase) if s else "unknown",
         audits=s.audits if s else 0,
         max_audits=c.budget.max_audits if c else None,
         usd=s.usd if s else 0.0,
@@ -188,33 +148,15 @@ def run_overview(view: RunView) -> RunOverview:
     )
 
 
-def _dur(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    m, sec = divmod(int(seconds), 60)
-    return f"{m}m{sec:02d}s" if m else f"{sec}s"
+def status_facts(st: RunStatus) -> StatusFacts:
+    """What `sil status` prints of a full status."""
+    fields = st.model_dump(exclude={"champions", "last_verdicts"})
+    return StatusFacts(
+        **fields,
+        champions=[ChampionLine(c.arm, c.set_id, c.keeps, c.words) for c in st.champions.values()],
+        last_verdicts=[VerdictLine(v.arm, v.mutation_id, v.verdict, v.reason) for v in st.last_verdicts],
+    )
 
 
-def status_lines(st: RunStatus) -> list[str]:
-    """The human-readable `sil status` text."""
-    of: Callable[[int, int | None], str] = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
-    state = " (running)" if st.running else (f" — stopped; resume with: {st.resume}" if st.stopped else "")
-    lines = [
-        f"run {st.run_id}: {st.phase}{state}",
-        f"audits {of(st.audits, st.audits_planned)} (limit {st.max_audits}), gaps {st.gaps}, "
-        f"USD {st.usd:.2f} of {st.max_usd if st.max_usd is not None else '—'}",
-        f"error budget α spent {st.alpha_spent:.4f} of {st.alpha_run if st.alpha_run is not None else '—'}",
-        f"elapsed {_dur(st.elapsed_s)}" + ("" if st.stopped else f", ETA {_dur(st.eta_s)}"),
-    ]
-    if st.arm:
-        look = f", look {st.look} of {st.looks}" if st.look is not None and st.looks else ""
-        lines.append(f"arm {st.arm}: candidate {st.candidate or '— (between candidates)'}{look}")
-    for c in st.champions.values():
-        if c.keeps:
-            lines.append(f"{c.arm} champion {c.set_id}: {c.words}")
-    for v in st.last_verdicts:
-        lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}")
-    if st.halt_reason:
-        lines.append(f"HALTED: {st.halt_reason} — fix the cause, then run the same `sil run` again to resume")
-    lines += [f"note: {p}" for p in st.problems]
-    return [readable(line) for line in lines]
+def overview_row(r: RunOverview) -> OverviewRow:
+    return OverviewRow(**r.model_dump())
