@@ -24,8 +24,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from sil.base.errors import ExitCode
 
 RUN_LOCK = ".sil-run.lock"
@@ -65,6 +63,8 @@ def policy_lock(policy_dir: Path, lock_dir: Path) -> Iterator[Path]:
 
 @contextmanager
 def _exclusive(folder: Path, name: str, what: str) -> Iterator[Path]:
+    from filelock import FileLock, Timeout  # here: `sil status` reads RUN_LOCK without filelock's import
+
     check_local_filesystem(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name

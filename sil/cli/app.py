@@ -549,14 +549,12 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).
 @app.command("runs", add_help_option=False)
 def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
     """List every run: contract, backend, phase, audits/budget, USD, KEEPs, hash chain and checkpoints."""
-    from dataclasses import asdict
-
     from sil.review.glance import overview
     from sil.review.runpaths import run_dirs
 
     rows = [overview(d) for d in run_dirs(Path.cwd())]
     if as_json:
-        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+        sys.stdout.write(json.dumps([r._asdict() for r in rows], indent=1) + "\n")
         return
     if not rows:
         out.print("no runs yet under state/runs; start one with `sil run`")

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PREFLIGHT_AUDITS = 1
 
 
-@dataclass(frozen=True)
-class PlanCounts:
+class PlanCounts(NamedTuple):
     preflight: int
     baseline: int
     arms: dict[str, int]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
@@ -127,7 +126,7 @@ def planned_audits(c: Contract) -> AuditPlan:
         c.measurement.certify_on,
         list(c.certified_arms()),
     )
-    return AuditPlan(**asdict(counts))
+    return AuditPlan(**counts._asdict())
 
 
 def most_seeds(measurement: Path) -> int:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from filelock import FileLock
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 GENESIS = "0" * 64
 # the record types of records.RECORD_MODELS (tests/integrity/test_chain.py keeps them equal)
@@ -69,6 +69,8 @@ def record_hash(fields: dict[str, Any]) -> str:
 
 def ledger_lock(path: Path) -> FileLock:
     """The lock every writer (and a consistent reader) of this ledger takes."""
+    from filelock import FileLock  # here: `sil status` reads a ledger without it
+
     # Keyed by the real path: two names (a symlink alias) for one ledger share one lock.
     return FileLock(os.path.realpath(path) + ".lock", fallback_to_soft=False)
 
@@ -79,8 +81,7 @@ def read_snapshot(path: Path) -> bytes:
         return Path(path).read_bytes()
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One ledger record as the full reader (`ledger.Record`) would read it."""
 
     seq: int
@@ -120,7 +121,18 @@ def parse_entry(line: bytes) -> Entry | None:
         return None
     if line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:
         return None
-    return Entry(**{k: obj[k] for k in FIELDS}, fields=obj)
+    return Entry(
+        obj["seq"],
+        obj["prev"],
+        obj["ts"],
+        obj["run_id"],
+        obj["type"],
+        obj["offline"],
+        obj["simulated"],
+        obj["payload"],
+        obj["hash"],
+        obj,
+    )
 
 
 def read_entries(data: bytes) -> list[Entry] | None:

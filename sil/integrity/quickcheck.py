@@ -12,8 +12,8 @@ shows "ok" here that the full check would not, and no result is cached between c
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from sil.base.runid import RunIdError, check_run_id
 from sil.integrity.chain import GENESIS, Entry, clean_chain, read_snapshot
@@ -33,8 +33,7 @@ from sil.integrity.gitrefs import (
 NAMES = (NOTE_FILE, META_FILE, SIG_FILE)
 
 
-@dataclass(frozen=True)
-class QuickCheck:
+class QuickCheck(NamedTuple):
     entries: list[Entry]  # the records of the snapshot that was checked
     checkpoints: int
 

@@ -14,9 +14,8 @@ shows here only what the full reading shows (tests/review/test_glance.py compare
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sil.contract.certifies import certified_arms
 from sil.exec.auditcount import plan_counts
@@ -65,8 +64,7 @@ def _file(path: Path) -> dict[str, Any]:
     return data
 
 
-@dataclass(frozen=True)
-class Arm:
+class Arm(NamedTuple):
     name: str
     set_id: str
     changed: bool  # its champion is not the run's starting policy
@@ -74,8 +72,7 @@ class Arm:
     pending: tuple[str, int] | None  # the candidate in words, and the rounds it has had
 
 
-@dataclass(frozen=True)
-class Glance:
+class Glance(NamedTuple):
     run_dir: Path
     state: dict[str, Any]
     contract: dict[str, Any]

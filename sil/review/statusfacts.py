@@ -13,8 +13,8 @@ import os
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
 
@@ -55,24 +55,21 @@ def resume_hint(run_dir: Path) -> str:
     return f"{cd}sil run --run-id {run_dir.name}"
 
 
-@dataclass(frozen=True)
-class VerdictLine:
+class VerdictLine(NamedTuple):
     arm: str
     mutation_id: str
     verdict: str
     reason: str
 
 
-@dataclass(frozen=True)
-class ChampionLine:
+class ChampionLine(NamedTuple):
     arm: str
     set_id: str
     keeps: int
     words: str
 
 
-@dataclass(frozen=True)
-class StatusFacts:
+class StatusFacts(NamedTuple):
     """What `sil status` prints (the fields of status.RunStatus it reads)."""
 
     run_id: str
@@ -100,8 +97,7 @@ class StatusFacts:
     problems: list[str]
 
 
-@dataclass(frozen=True)
-class OverviewRow:
+class OverviewRow(NamedTuple):
     """One run of `sil runs` (the fields of status.RunOverview, in its order: `--json` prints them)."""
 
     run_id: str

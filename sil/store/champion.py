@@ -11,7 +11,6 @@ its history (KEEPs, certification, demotions by certification or replication) fr
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Literal
 
 from pydantic import BaseModel
@@ -48,7 +47,7 @@ class ChampionStatus(BaseModel):
 def champion_status(state: RunState, records: list[Record], arm: str) -> ChampionStatus:
     champion = state.arms[arm].champion
     found = arm_standing(arm, champion.set_id, champion != state.origin, records)
-    return ChampionStatus.model_validate(asdict(found))
+    return ChampionStatus.model_validate({**found._asdict(), "demotions": [d._asdict() for d in found.demotions]})
 
 
 def champions(state: RunState, records: list[Record]) -> dict[str, ChampionStatus]:

@@ -9,8 +9,7 @@ call `arm_standing` directly, so every view words a champion through the same co
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 Standing = Literal["unchanged", "rolled_back", "certified", "not_certified", "kept"]
 
@@ -31,8 +30,7 @@ def demotion_words(cause: str, mutation_id: str | None) -> str:
     return f"KEEP {mutation_id} demoted by a replication"
 
 
-@dataclass(frozen=True)
-class Demoted:
+class Demoted(NamedTuple):
     cause: str
     policy_set: str
     mutation_id: str | None
@@ -40,8 +38,7 @@ class Demoted:
     reason: str
 
 
-@dataclass(frozen=True)
-class ArmStanding:
+class ArmStanding(NamedTuple):
     """The fields of `champion.ChampionStatus`, as read from the records (values unvalidated)."""
 
     arm: str
