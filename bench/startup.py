@@ -58,6 +58,20 @@ def heavy_imports(module: str) -> list[str]:
     return out.stdout.split()
 
 
+def conditions(project: Path) -> list[str]:
+    """What else the times depend on: how much ledger `runs` verifies, and whether Python may
+    cache compiled modules (with PYTHONDONTWRITEBYTECODE set, every sil module is compiled at
+    each start, as on a first run)."""
+    ledgers = list(project.glob("state/runs/*/ledger.jsonl"))
+    records = sum(p.read_bytes().count(b"\n") for p in ledgers)
+    size = sum(p.stat().st_size for p in ledgers) / 1e6
+    cache = "off (PYTHONDONTWRITEBYTECODE is set)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+    return [
+        f"- project: {len(ledgers)} runs, {records} ledger records ({size:.1f} MB) to verify",
+        f"- bytecode cache: {cache}",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--project", type=Path, required=True, help="a project folder with at least one run")
@@ -77,6 +91,7 @@ def main() -> None:
         f"- runs: {args.repeat} per command",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
+        *conditions(args.project),
         "",
         "| command | code | median wall s | min wall s | max wall s | median CPU s |",
         "|---|---|---|---|---|---|",
