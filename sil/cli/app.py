@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from sil.review.statusfacts import OverviewRow
 
 # Everything else is imported inside the command that needs it: `sil --version`, `sil runs`
-# and `sil status` start without scipy, matplotlib, inspect-ai or ray (tests/test_review_trust.py).
+# and `sil status` start without scipy, matplotlib, inspect-ai or ray (tests/test_review_trust.py),
+# and `sil runs` and `sil status` without pydantic (tests/review/test_glance.py).
 
 # `sil --help`, `sil runs --help` and `sil status --help` are declared here (HelpOpt), not by
 # typer: typer coerces its own --help, left at None, through a pydantic validator, and importing

@@ -5,7 +5,7 @@ first use, even for a parameter left unset; for a plain `str` parameter (no pars
 validator returns the text unchanged, and importing pydantic to build it costs `sil status RUN`
 about a third of its start-up. `install` makes typer read such a parameter as typed; any other
 parameter, or any other value, goes through typer's own coercion as before. On a typer without
-these internals it does nothing, and only the speed differs (tests/cli/test_quick_views.py
+these internals it does nothing, and only the speed differs (tests/review/test_glance.py
 checks that `sil status` and `sil runs` import no pydantic).
 """
 

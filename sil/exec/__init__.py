@@ -2,6 +2,7 @@
 
 __all__ = [
     "attempts",
+    "auditcount",
     "auditproc",
     "backends",
     "localprobe",

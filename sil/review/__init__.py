@@ -1,3 +1,16 @@
 """Reading runs without changing them: run views, status, summary, report, compare, export, one line per record."""
 
-__all__ = ["compare", "describe", "export", "plots", "render", "report", "runview", "status", "summary"]
+__all__ = [
+    "compare",
+    "describe",
+    "export",
+    "glance",
+    "plots",
+    "render",
+    "report",
+    "runpaths",
+    "runview",
+    "status",
+    "statusfacts",
+    "summary",
+]

@@ -1,8 +1,9 @@
 """A run folder read for review, without locking or changing it (L3).
 
-The review commands (`sil runs`, `sil status`, `sil report`, `sil compare`, `sil export`)
-read a run only through `load_run`: its state, its ledger records (typed by record type),
-and the contract snapshot the run wrote when it started.
+The review commands (`sil report`, `sil compare`, `sil export`, and `sil runs`/`sil status`
+whenever their quick reading in glance.py is unsure) read a run through `load_run`: its
+state, its ledger records (typed by record type), and the contract snapshot the run wrote
+when it started.
 
     view = load_run(Path("state/runs/sil-default-sim-0d3fff61"))
     view.of_type("verdict"), view.contract, view.state.phase

@@ -1,4 +1,7 @@
-"""Where a run stands, read from its folder without locking it: `sil status` and `sil runs` (L3).
+"""Where a run stands, read from its folder without locking it, as models (L3).
+
+`sil status --json`, the sweep table, and `sil runs`/`sil status` whenever their quick reading
+(glance.py) is unsure of a run read it here; both readings end in statusfacts.py's plain data.
 
     status = run_status(load_run(run_dir))      # phase, arm, candidate, look k of K, budgets, ETA
     rows = [run_overview(load_run(d)) for d in run_dirs(root)]
