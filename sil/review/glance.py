@@ -56,7 +56,7 @@ def field(data: Any, key: str, types: tuple[type, ...]) -> Any:
 
 def _file(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(path.read_bytes().decode("utf-8"))  # UTF-8 only, as the models read it
     except (OSError, ValueError) as ex:
         raise Unsure(str(path)) from ex
     if not isinstance(data, dict):

@@ -102,6 +102,10 @@ def _remove(name: str) -> Callable[[Path], None]:
     return lambda root: (root / "state" / "runs" / RUN / name).unlink()
 
 
+def _recode(path: Path) -> None:
+    path.write_bytes(path.read_text().encode("utf-16"))
+
+
 def _ledger(change: Callable[[list[bytes]], list[bytes]]) -> Callable[[Path], None]:
     def edit(root: Path) -> None:
         path = root / "state" / "runs" / RUN / "ledger.jsonl"
@@ -113,6 +117,7 @@ def _ledger(change: Callable[[list[bytes]], list[bytes]]) -> Callable[[Path], No
 DOUBTED: dict[str, Callable[[Path], None]] = {
     "no state.json": _remove("state.json"),
     "state.json not JSON": lambda root: (root / "state" / "runs" / RUN / "state.json").write_text("{"),
+    "state.json in UTF-16": lambda root: _recode(root / "state" / "runs" / RUN / "state.json"),
     "audits as text": _edit_json("state.json", "audits", "12"),
     "an unknown phase": _edit_json("state.json", "phase", "lunch"),
     "no contract snapshot": _remove("contract.json"),
