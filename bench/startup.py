@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "results" / "startup.md"
 COMMANDS = (["--version"], ["runs"], ["status"])
-HEAVY = ("scipy", "matplotlib", "inspect_ai", "ray", "numpy", "pandas", "pyarrow")
+HEAVY = ("scipy", "matplotlib", "inspect_ai", "ray", "numpy", "pandas", "pyarrow", "pydantic")
 
 
 def wall(cmd: list[str], cwd: Path, code: Path | None = None) -> tuple[float, float]:
@@ -107,7 +107,12 @@ def main() -> None:
         if base:
             lines.append(f"| sil {' '.join(c)} | {args.baseline} | {_cell(base)} |")
     lines += ["", f"load average at end {os.getloadavg()[0]:.1f}", ""]
-    for module in ("sil.cli.app", "sil.cli.app, sil.review.runview, sil.review.status"):
+    # glance is what `sil runs` and `sil status` read a run with; runview and status the full reading
+    for module in (
+        "sil.cli.app",
+        "sil.cli.app, sil.review.glance",
+        "sil.cli.app, sil.review.runview, sil.review.status",
+    ):
         found = heavy_imports(module)
         lines.append(f"- `import {module}` imports of {', '.join(HEAVY)}: {', '.join(found) or 'none'}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
