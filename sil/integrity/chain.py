@@ -58,9 +58,12 @@ MAX_DEPTH = 64
 MAX_INT = 2**63
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical(obj: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, no spaces, UTF-8, and NaN/inf refused."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return _CANONICAL.encode(obj).encode()
 
 
 def record_hash(fields: dict[str, Any]) -> str:

@@ -61,13 +61,35 @@ def quick_check(ledger_path: Path, root: Path) -> QuickCheck | None:
     except RunIdError:
         return None
     project = _declared_project(entries)
-    repo = anchor_repo(root, create=False)
-    if repo is None:
+    listed = _listed(root, ref)
+    if listed is None:
+        return None
+    if not listed:
         return None if project else QuickCheck(entries, 0)  # a run naming a project needs its id
-    anchored = _anchored(repo, ref, project)
+    repo, commits = listed
+    anchored = _anchored(repo, commits, project)
     if anchored is None or not _prefixes(data, entries, anchored):
         return None
     return QuickCheck(entries, len(anchored))
+
+
+def _listed(root: Path, ref: str) -> tuple[Path, list[str]] | tuple[()] | None:
+    """The checkpoint repository and the run's checkpoint commits, oldest first; () when there is
+    no checkpoint repository; None when the ref is there but not readable as checkpoints."""
+    listed = Git(root, check=False).run("rev-list", "--first-parent", "--reverse", ref + "^{commit}", "--")
+    if listed.returncode == 0:  # the project's own git repository, as anchor_repo would find
+        return root, listed.stdout.decode().split()
+    repo = anchor_repo(root, create=False)
+    if repo is None:
+        return ()
+    git = Git(repo, check=False)  # a broken one fails below
+    listed = git.run("rev-list", "--first-parent", "--reverse", ref + "^{commit}", "--")
+    if listed.returncode == 0:
+        return repo, listed.stdout.decode().split()
+    try:
+        return (repo, []) if Git(repo).resolve(ref) is None else None
+    except CheckpointError:
+        return None
 
 
 def _declared_project(entries: list[Entry]) -> str | None:
@@ -78,18 +100,10 @@ def _declared_project(entries: list[Entry]) -> str | None:
     return str(project) if project else None
 
 
-def _anchored(repo: Path, ref: str, project: str | None) -> list[tuple[int, int, str]] | None:
-    """(records, size, head) of every checkpoint, oldest first, if the project id is `project`
-    (when the run names one); None when a checkpoint is unreadable or the project differs."""
-    git = Git(repo, check=False)  # anchor_repo found it; a broken one fails below
-    listed = git.run("rev-list", "--first-parent", "--reverse", ref + "^{commit}", "--")
-    if listed.returncode != 0:
-        try:
-            if Git(repo).resolve(ref) is not None:
-                return None
-        except CheckpointError:
-            return None
-    commits = listed.stdout.decode().split() if listed.returncode == 0 else []
+def _anchored(repo: Path, commits: list[str], project: str | None) -> list[tuple[int, int, str]] | None:
+    """(records, size, head) of every checkpoint commit, if the project id is `project` (when
+    the run names one); None when a checkpoint is unreadable or the project differs."""
+    git = Git(repo, check=False)
     names = [f"{c}:{n}" for c in commits for n in NAMES] + [f"{PROJECT_REF}^{{commit}}:{PROJECT_FILE}"]
     try:
         blobs = git.cat_batch(names)
