@@ -237,6 +237,8 @@ def status_of(g: Glance) -> StatusFacts:
         champions=[ChampionLine(c.arm, c.set_id, c.keeps, c.words) for c in _standings(g)],
         last_verdicts=verdicts[-LAST_VERDICTS:],
         problems=[],
+        two_stage=field(field(field(s, "shared", (dict,)), "budget", (dict,)), "mode", (str,)) == "fixed",
+        confirmations=len(field(field(field(s, "shared", (dict,)), "budget", (dict,)), "tested", (list,))),
     )
 
 

@@ -55,6 +55,8 @@ class RunStatus(BaseModel):
     champions: dict[str, ChampionStatus] = {}
     last_verdicts: list[Verdict]
     problems: list[str]
+    two_stage: bool = False  # promotion.error_design two_stage: a fixed level per search confirmation
+    confirmations: int = 0
 
 
 class RunOverview(BaseModel):
@@ -124,6 +126,8 @@ def run_status(view: RunView) -> RunStatus:
         champions=champions(s, view.records) if s else {},
         last_verdicts=verdicts[-LAST_VERDICTS:],
         problems=view.problems,
+        two_stage=s.shared.budget.mode == "fixed" if s else False,
+        confirmations=s.shared.budget.confirmations if s else 0,
     )
 
 

@@ -95,6 +95,8 @@ class StatusFacts(NamedTuple):
     champions: list[ChampionLine]  # in the arms' order
     last_verdicts: list[VerdictLine]
     problems: list[str]
+    two_stage: bool = False  # the search spends a fixed level per confirmation: no run budget to show
+    confirmations: int = 0
 
 
 class OverviewRow(NamedTuple):
@@ -123,6 +125,16 @@ def _dur(seconds: float | None) -> str:
     return f"{m}m{sec:02d}s" if m else f"{sec}s"
 
 
+def error_line(st: StatusFacts) -> str:
+    """Where the run's error goes: a run budget (fwer, elond) or a fixed level per search step."""
+    if st.two_stage:
+        return (
+            f"error design two-stage: {st.confirmations} search confirmations at a fixed α_search each; "
+            "the guarantee is the final certification's"
+        )
+    return f"error budget α spent {st.alpha_spent:.4f} of {st.alpha_run if st.alpha_run is not None else '—'}"
+
+
 def status_lines(st: StatusFacts) -> list[str]:
     """The human-readable `sil status` text."""
     of: Callable[[int, int | None], str] = lambda n, total: f"{n}/{total}" if total is not None else str(n)  # noqa: E731
@@ -131,7 +143,7 @@ def status_lines(st: StatusFacts) -> list[str]:
         f"run {st.run_id}: {st.phase}{state}",
         f"audits {of(st.audits, st.audits_planned)} (limit {st.max_audits}), gaps {st.gaps}, "
         f"USD {st.usd:.2f} of {st.max_usd if st.max_usd is not None else '—'}",
-        f"error budget α spent {st.alpha_spent:.4f} of {st.alpha_run if st.alpha_run is not None else '—'}",
+        error_line(st),
         f"elapsed {_dur(st.elapsed_s)}" + ("" if st.stopped else f", ETA {_dur(st.eta_s)}"),
     ]
     if st.arm:

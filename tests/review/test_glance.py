@@ -185,3 +185,21 @@ def test_runs_shows_a_ledger_that_fails_with_the_full_readings_errors(copy_of) -
     text, _ = _sil(copy_of, "runs")
     row, _ = _full(copy_of / "state" / "runs" / RUN)
     assert "FAILS" in text and not row.verified and row.verify_note.split(";")[0][:40] in text
+
+
+def test_status_of_a_two_stage_run_names_its_design_not_an_alpha_budget_it_has_none_of(copy_of) -> None:  # noqa: F811
+    run_dir = copy_of / "state" / "runs" / RUN
+    _, facts = _full(run_dir)
+    lines = status_lines(facts)
+    assert facts.two_stage and facts.confirmations > 0
+    assert any(line.startswith(f"error design two-stage: {facts.confirmations} search confirmations") for line in lines)
+    assert not any("α spent" in line for line in lines)
+    assert status_lines(glance.status(run_dir)) == lines
+    path = run_dir / "state.json"
+    data = json.loads(path.read_text())
+    data["shared"]["budget"]["mode"] = "fwer"  # the same run as if searched under the fwer design
+    path.write_text(json.dumps(data))
+    fwer = status_lines(_full(run_dir)[1])
+    assert (
+        any(line.startswith("error budget α spent") for line in fwer) and status_lines(glance.status(run_dir)) == fwer
+    )
