@@ -3,9 +3,11 @@
 A change that should not move the default run (moving code, speeding up audits) must leave
 every verdict, round, score, policy hash and summary field as it was; only times, hashes that
 cover times, git commit ids and the fields `tests/golden/ledgerdiff.py` names may differ. A
-change that means to move the default run re-records the golden file in the same commit:
+change that means to move the default run re-records the golden file in the same commit, with a
+plain `sil run` in a fresh copy of program.md, measurement/ and state/policies/ (as the test runs
+it: the run id, which feeds the preflight's tokens, must be the default one):
 
-    sil run --new --run-id golden && gzip -9 -c state/runs/golden/ledger.jsonl > tests/golden/default-run.jsonl.gz
+    sil run && gzip -9 -c state/runs/*/ledger.jsonl > tests/golden/default-run.jsonl.gz
 """
 
 from __future__ import annotations
