@@ -207,7 +207,11 @@ class Budget(_Strict):
         needed = sum(self.arm_audits.values()) + 2 * self.certify_rounds * certified
         if needed > self.max_audits:
             times = "2 x certify_rounds per certified arm" if certified > 1 else "2 x certify_rounds"
-            raise ValueError(f"arm_audits plus {times} add up to {needed}, more than max_audits {self.max_audits}")
+            fix = "; or certify_random: false" if certified > 1 else ""
+            raise ValueError(
+                f"arm_audits plus {times} add up to {needed}, more than max_audits {self.max_audits}: "
+                f"raise max_audits to {needed}, or lower arm_audits or certify_rounds{fix}"
+            )
         return self
 
 

@@ -54,6 +54,12 @@ def test_hash_ignores_formatting_but_not_values() -> None:
             "arm_audits: {never: 24, random: 30, gate: 9999}",
             "more than max_audits",
         ),
+        (  # the random arm's certification counts too, and the message says how to make room
+            "max_audits: 500",
+            "max_audits: 400",
+            "add up to 454, more than max_audits 400: raise max_audits to 454, or lower arm_audits or "
+            "certify_rounds; or certify_random: false",
+        ),
     ],
 )
 def test_invalid_contracts_name_the_field(old: str, new: str, fragment: str) -> None:
