@@ -98,25 +98,10 @@ class CheckReport(BaseModel):
         return not self.failures
 
 
-class AuditPlan(BaseModel):
-    """The most audits each phase of a run can make (the run stops earlier at max_audits)."""
-
-    preflight: int
-    baseline: int
-    arms: dict[str, int]
-    certification: int
-    final_checks: int
-    max_audits: int
-    search_check: int = 0  # the gate champion certified on held-out seeds, re-measured on the search seeds
-
-    @property
-    def total(self) -> int:
-        return PlanCounts(**self.model_dump()).total
-
-
-def planned_audits(c: Contract) -> AuditPlan:
+def planned_audits(c: Contract) -> PlanCounts:
+    """The most audits each phase of the run can make (the run stops earlier at max_audits)."""
     b = c.budget
-    counts = plan_counts(
+    return plan_counts(
         list(c.arms),
         {str(a): n for a, n in b.arm_audits.items()},
         c.promotion.baseline_k,
@@ -126,7 +111,6 @@ def planned_audits(c: Contract) -> AuditPlan:
         c.measurement.certify_on,
         list(c.certified_arms()),
     )
-    return AuditPlan(**counts._asdict())
 
 
 def most_seeds(measurement: Path) -> int:
