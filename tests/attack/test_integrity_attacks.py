@@ -14,6 +14,7 @@ from sil.contract.schema import Contract, load_contract
 from sil.exec.backends.petri import sample_evidence
 from sil.exec.measure import GapError
 from tests.conftest import REPO
+from tests.fake_backends import EvidenceFileBackend, evidence_command, reporting_samples
 
 OFFLINE = REPO / "examples" / "program-petri-offline.md"
 
@@ -346,7 +347,7 @@ def test_report_md_escapes_html_and_links_from_hypotheses_and_policies() -> None
 UNPROVABLE = ["tool_policy", "decomposition", "reflection", "tool_descriptions"]
 
 
-class LyingBackend:
+class LyingBackend(EvidenceFileBackend):
     """A real (not simulated) runtime that reports every sent hash and uses nothing: the target's
     inputs never contain a sentinel."""
 
@@ -354,26 +355,10 @@ class LyingBackend:
     simulated = False
 
     def command(self, req, ctx):
-        import json
-        import sys
-
-        report = dict(req.policy_hashes)
-        samples = [
-            {"seed_id": s, "scores": {d: 2.0 for d in ctx.dimensions}, "policy_hashes": report} for s in ctx.seed_ids
-        ]
-        evidence = {"backend": self.name, "simulated": False, "runtime": "liar", "samples": samples}
-        return [sys.executable, "-c", f"open('evidence.json', 'w').write({json.dumps(evidence)!r})"]
-
-    def read_evidence(self, req, ctx):
-        from sil.exec import measure
-
-        return measure.read_evidence_file(req.audit_dir / "evidence.json")
+        return evidence_command(self.name, reporting_samples(ctx, req.policy_hashes), simulated=False, runtime="liar")
 
     def target_inputs(self, req, ctx):
         return "You are a helpful assistant."  # the built-in defaults, no sentinel
-
-    def audit_cost_bound(self, contract, n_seeds):
-        return 0.0
 
 
 def liar_ctx(workspace: Path, search: list[str], waive: bool = False):

@@ -11,8 +11,6 @@ from its built-in defaults otherwise. Fast and offline.
 from __future__ import annotations
 
 import copy
-import json
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from sil_policy import SURFACES, canonical_bytes, content_hash
 from sil_runtime.policy_loader import DEFAULTS_DIR
 from sil_runtime.runtime import Runtime
 from tests.conftest import edit_contract
+from tests.fake_backends import EvidenceFileBackend, evidence_command, reporting_samples
 from tests.run.test_train import open_loop, shrink
 
 OPERATOR = "You are the support agent of an online store."
@@ -231,26 +230,12 @@ def test_a_runtime_honest_in_one_sample_of_an_audit_is_refuted_in_the_others() -
 # ---------------------------------------------------------------- one audit, through measure.run_audit
 
 
-class Blind:
+class Blind(EvidenceFileBackend):
     """A runtime's audit that writes evidence reporting the sent hashes, on a backend that cannot
     show the target's inputs."""
 
-    name = "fake"
-    simulated = True
-
     def command(self, req, ctx):
-        samples = [
-            {"seed_id": s, "scores": {d: 2.0 for d in ctx.dimensions}, "policy_hashes": dict(req.policy_hashes)}
-            for s in ctx.seed_ids
-        ]
-        evidence = {"backend": self.name, "simulated": True, "runtime": "fake", "samples": samples}
-        return [sys.executable, "-c", f"open('evidence.json', 'w').write({json.dumps(evidence)!r})"]
-
-    def read_evidence(self, req, ctx):
-        return measure.read_evidence_file(req.audit_dir / "evidence.json")
-
-    def audit_cost_bound(self, contract, n_seeds):
-        return 0.0
+        return evidence_command(self.name, reporting_samples(ctx, req.policy_hashes))
 
 
 class FakeRuntime(Blind):

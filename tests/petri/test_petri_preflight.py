@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from sil.contract.schema import load_contract
-from sil.exec import measure
 from sil.exec.backends import make_backend
 from sil.exec.measure import GapError, MeasureContext
 from sil.run.preflight import run_preflight, sentinel_document
 from sil_policy import SURFACES, canonical_bytes, content_hash, validate_document
 from sil_runtime.policy_loader import default_document
+from tests.fake_backends import EvidenceFileBackend, evidence_command
 from tests.petri_support import context, make_workspace
 
 # The simulated audit crashes at a small seeded rate keyed by the audit id: a fixed token keeps
@@ -102,19 +102,14 @@ def test_an_audit_without_evidence_fails_every_probe(sim_ctx: MeasureContext, wo
     assert "inconclusive" in report.summary()
 
 
-class WrongSeedsBackend:
+class WrongSeedsBackend(EvidenceFileBackend):
     """Reports exactly the sent hashes, but for a seed set other than the frozen one."""
 
     name = "wrong-seeds"
-    simulated = True
 
     def command(self, req, ctx):
         sample = {"seed_id": "not_a_frozen_seed", "scores": {}, "policy_hashes": req.policy_hashes}
-        evidence = {"backend": self.name, "simulated": True, "runtime": "test", "samples": [sample]}
-        return [sys.executable, "-c", f"open('evidence.json', 'w').write({json.dumps(evidence)!r})"]
-
-    def read_evidence(self, req, ctx):
-        return measure.read_evidence_file(req.audit_dir / "evidence.json")
+        return evidence_command(self.name, [sample], runtime="test")
 
 
 def test_right_hashes_in_an_untrusted_audit_are_not_a_pass(

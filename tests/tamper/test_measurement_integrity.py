@@ -6,8 +6,6 @@ small fake backends that write evidence the way a hostile runtime would.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +23,7 @@ from sil.run.preflight import marker, run_preflight
 from sil.stats import fitness, gate
 from sil_policy import SURFACES
 from tests.conftest import REPO
+from tests.fake_backends import EvidenceFileBackend, evidence_command, reporting_samples
 
 OFFLINE = REPO / "examples" / "program-petri-offline.md"
 THREE = ["wrapper_prompt", "skill_catalog", "tool_policy"]
@@ -126,32 +125,19 @@ def test_a_model_no_role_runs_is_unpriced_and_charged_at_the_dearest_price() -> 
 # ---------------------------------------------------------------- 3. declared surfaces, a wiring verdict
 
 
-class ReportingBackend:
+class ReportingBackend(EvidenceFileBackend):
     """Writes evidence for the frozen seeds reporting the sent hashes of `surfaces` only.
 
     `hashes` overrides what is reported (a lying runtime); `inputs` is what the target model
     was given (None: the backend cannot show it).
     """
 
-    name = "fake"
-    simulated = True
-
     def __init__(self, surfaces, inputs=None, hashes=None) -> None:
         self.surfaces, self.inputs, self.hashes = surfaces, inputs, hashes
 
     def command(self, req, ctx):
         report = {s: (self.hashes or req.policy_hashes)[s] for s in self.surfaces}
-        samples = [
-            {"seed_id": s, "scores": {d: 2.0 for d in ctx.dimensions}, "policy_hashes": report} for s in ctx.seed_ids
-        ]
-        evidence = {"backend": self.name, "simulated": True, "runtime": "fake", "samples": samples}
-        return [sys.executable, "-c", f"open('evidence.json', 'w').write({json.dumps(evidence)!r})"]
-
-    def read_evidence(self, req, ctx):
-        return measure.read_evidence_file(req.audit_dir / "evidence.json")
-
-    def audit_cost_bound(self, contract, n_seeds):
-        return 0.0
+        return evidence_command(self.name, reporting_samples(ctx, report))
 
 
 class InputsBackend(ReportingBackend):
