@@ -95,6 +95,11 @@ def test_full_run_completes_and_ledger_verifies(finished: RunContext) -> None:
     assert state.audits <= 44
     for arm in ("random", "gate"):
         assert state.arms[arm].candidates >= 1
+    # certify_random off: the random arm gets a final check, no certification, and reads so
+    from tests.run.test_random_certified import RANDOM_ARM_LINE, summary_text
+
+    assert not [r for r in recs if r.type == "certify" and r.payload["arm"] == "random"]
+    assert RANDOM_ARM_LINE in summary_text(runner)
 
 
 def test_never_arm_never_promotes_or_mutates(finished: RunContext) -> None:
