@@ -44,6 +44,7 @@ def test_the_mutator_asks_for_its_tool_by_name(champion, tmp_path: Path) -> None
     assert proposal.calls[0].input_tokens > 0 and "lacks the fields" in (proposal.calls[0].error or "")
 
 
+@pytest.mark.slow  # waits out max_wall_s (~45 s): .ci/run runs it after the default suite
 def test_a_mutator_server_failing_forever_halts_the_run_at_max_wall_s(workspace: Path) -> None:
     shrink(workspace)
     contract = workspace / "program.md"
