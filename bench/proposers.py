@@ -13,6 +13,9 @@ judge highlights come from the same world and mechanisms the sim audit subproces
 Proposers: `catalogue` (offline/catalogue), `random_edit` (a random sentence on a random text
 field), `mutator` (the LLM mutator with the offline `scripted/mutator` model, which reads the
 highlights) and `oracle` (knows the true effect of every edit it can write: an upper bound).
+Decision rules: `gate` (the loop's), `oracle_gate` (knows the truth, certifies nothing: the
+ceiling) and `oracle_search` (knows the truth and keeps only improvements that harm no critical
+dimension, then the loop's certification: what a perfect search delivers once certified).
 Writes `proposers.json` and `proposers.md`. Simulated figures: they measure search
 strategies on a simulated world, not any model.
 """
@@ -50,7 +53,11 @@ from sil_runtime.sim.world import World
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "examples" / "program-mutator-offline.md"
 PROPOSER_NAMES = ("catalogue", "random_edit", "mutator", "oracle")
-RULES = ("gate", "oracle_gate")  # the contract's gate judge, or a gate that knows the truth
+# the contract's gate judge; a gate that knows the truth (nothing certified: the ceiling); a search
+# that knows the truth and keeps only harmless improvements, followed by the loop's certification
+RULES = ("gate", "oracle_gate", "oracle_search")
+ORACLE_RULES = ("oracle_gate", "oracle_search")
+CERTIFIED_RULES = ("gate", "oracle_search")
 RANDOM_WORDS = (
     "always never tool error result reply customer order check report say text call data "
     "instruction help routine refund account verify before after when if the a do not"
@@ -289,7 +296,7 @@ class GateRun:
         self.promo = loaded.contract.promotion
         # the oracle gate needs no certification: it knows the delivered champion's truth. The
         # coin's champion is certified only for the bench's counterfactual (`certify_coin`).
-        certifies = rule == "gate" or (rule == "coin" and certify_coin)
+        certifies = rule in CERTIFIED_RULES or (rule == "coin" and certify_coin)
         self.reserve = 2 * loaded.contract.budget.certify_rounds if certifies else 0
         self.uncertified: RunResult | None = None  # the search's champion as if delivered uncertified
         self.used = 0
@@ -417,9 +424,9 @@ class GateRun:
         coin = self.rule == "coin"
         diffs: list[dict[str, float | None]] = []
         trial, verdict = Trial(), "continue"
-        if self.rule == "oracle_gate":
+        if self.rule in ORACLE_RULES:
             diffs.append(self.round(f"c{index:03d}-r00", cand, champion).diff)
-            verdict = "keep" if self.oracle_keeps(cand, champion) else "revert"
+            verdict = "keep" if self.oracle_keeps(cand, champion, harmless=self.rule == "oracle_search") else "revert"
         while verdict == "continue":
             if self.budget - self.reserve - self.used < 2:
                 verdict = "revert"
@@ -430,7 +437,7 @@ class GateRun:
             budget = ArmBudget(audits_left=left, audits_spent=self.used - calibration)
             trial, outcome = judge.judge(trial, stat, shared, budget, index)
             verdict = outcome.verdict
-        if self.rule != "oracle_gate":
+        if self.rule not in ORACLE_RULES:
             shared = judge.close(trial, verdict, shared)
         return diffs, verdict, shared
 
@@ -443,13 +450,17 @@ class GateRun:
             "target_all": float(w.truth(champion, "all")[t] - w.truth(o, "all")[t]),
         }
 
-    def oracle_keeps(self, cand: dict[str, dict[str, Any]], champion: dict[str, dict[str, Any]]) -> bool:
+    def oracle_keeps(
+        self, cand: dict[str, dict[str, Any]], champion: dict[str, dict[str, Any]], harmless: bool = False
+    ) -> bool:
         """KEEP iff the candidate truly lowers the target and leaves every critical dimension
-        within its tolerance of the start: the decision a gate with no noise would make."""
+        within its tolerance of the start (`harmless`: no worse than the start at all, which a
+        certification can pass): the decision a gate with no noise would make."""
         w, p = self.world, self.promo
         origin, before, after = w.truth(self.origin), w.truth(champion), w.truth(cand)
         t = w.dims.index(w.target)
-        within = all(after[w.dims.index(c)] - origin[w.dims.index(c)] <= tolerance(p, c) for c in w.critical)
+        room = {c: 1e-9 if harmless else tolerance(p, c) for c in w.critical}
+        within = all(after[w.dims.index(c)] - origin[w.dims.index(c)] <= room[c] for c in w.critical)
         return bool(after[t] < before[t] and within)
 
     def tried_edit(
@@ -669,19 +680,27 @@ def differences(per_run: list[dict[str, RunResult]], names: Sequence[str]) -> li
 
 
 CEILING = entry_name("oracle", "oracle_gate")
+CERTIFIED_CEILING = entry_name("oracle", "oracle_search")
+
+
+def share_of(rows: list[dict[str, Any]], ceiling: str, value: float) -> str:
+    top = next((r["final_target"] for r in rows if r["proposer"] == ceiling), None)
+    return f"{value / top:.0%}" if top else "—"
 
 
 def format_md(tables: dict[float, list[dict[str, Any]]], args: argparse.Namespace) -> str:
-    """One table per tolerance, and each proposer x rule as a share of the ceiling."""
+    """One table per tolerance, and each proposer x rule as a share of the ceiling (uncertified,
+    as the issue defines it) and of the certified reference (oracle search, then certified)."""
     out = [
-        "| tolerance | proposer + rule | final true target change (± SE) | share of ceiling | P(final worse) "
+        "| tolerance | proposer + rule | final true target change (± SE) | share of ceiling "
+        "| share of certified oracle | P(final worse) "
         "| P(any false KEEP) | KEEPs/run | certified | audits/decision | decisions/run | gaps | mutator calls/run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tol, rows in tables.items():
-        ceiling = next((r["final_target"] for r in rows if r["proposer"] == CEILING), None)
         for r in rows:
-            share = f"{r['final_target'] / ceiling:.0%}" if ceiling else "—"
+            share = share_of(rows, CEILING, r["final_target"])
+            share += f" | {share_of(rows, CERTIFIED_CEILING, r['final_target'])}"
             cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
             out.append(
                 f"| {tol:g} | {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {share} "

@@ -18,12 +18,31 @@ def test_bench_writes_rows_and_the_oracle_never_ends_worse(tmp_path: Path) -> No
         progress=lambda text: None,
     )
     data = json.loads((out / "proposers.json").read_text())
-    assert [r["proposer"] for r in data["rows"]] == ["catalogue", "oracle"] == [r["proposer"] for r in rows]
+    (table,) = data["tolerances"].values()  # the contract's own tolerance only
+    assert [r["proposer"] for r in table["rows"]] == ["catalogue", "oracle"] == [r["proposer"] for r in rows]
     assert "oracle - catalogue (paired by world)" in (out / "proposers.md").read_text()
-    for run in data["per_run"]:
+    for run in table["per_run"]:
         # the oracle only proposes edits that truly help: a kept one can never make things worse
         assert run["oracle"]["final_target"] <= 0.0
         assert run["catalogue"]["audits"] <= 80 and run["oracle"]["audits"] <= 80
+
+
+def test_the_oracle_search_keeps_only_harmless_gains_and_pays_for_its_certification() -> None:
+    from bench.proposers import ROOT, GateRun, load_contract, make_proposer
+
+    contract = load_contract(ROOT / "examples" / "program-mutator-offline.md")
+    contract = proposers.with_overrides(contract, {"certify_rounds": 20})
+    world, origin = _world_and_origin(contract)
+    search = GateRun(contract, world, origin, 120, "oracle_search")
+    result = search.run(make_proposer("mutator", contract, world), 1000)
+    gate = GateRun(contract, world, origin, 120, "oracle_gate")
+    ceiling = gate.run(make_proposer("mutator", contract, world), 1000)
+    # the same truth-knowing decisions, but the search stops at the certification's reserve and
+    # the champion is then certified on fresh rounds; the ceiling pays for no certification
+    assert (search.reserve, gate.reserve) == (40, 0)
+    assert result.certified is not None and ceiling.certified is None
+    assert search.uncertified is not None and search.uncertified.final_critical <= 1e-9
+    assert result.audits > search.uncertified.audits
 
 
 def test_entries_pick_exact_pairs_and_refuse_a_malformed_one() -> None:
