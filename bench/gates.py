@@ -82,7 +82,7 @@ DEFAULT_VALIDITY, FULL_VALIDITY = 500, 2000
 CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
 CERTIFY_AUDITS = 40
 METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
-VARIANTS = ("loop_gate_elond", "loop_gate_certified")
+VARIANTS = ("loop_gate_elond", "loop_gate_certified", "oracle_certified")
 # Gate variants as promotion overrides. "before" is the gate as it was before the harm
 # tolerance drove the margin (NI margin 0.5) and before the default changes; the bench still
 # scores harm with the contract's tolerance.
@@ -233,6 +233,8 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
         promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
         reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
         return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
+    if method == "oracle_certified":
+        return PROCEDURES[method], LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":

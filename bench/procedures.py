@@ -13,6 +13,8 @@
   runs), driven as `sil/run/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
   A/A calibration pairs first (tests/test_bench_equivalence.py holds the two drivers equal).
 - random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
+- oracle_certified: knows the truth, keeps only harmless gains, one paired round each, then the
+  loop's certification on the reserve: what a perfect search delivers once certified.
 """
 
 from __future__ import annotations
@@ -148,6 +150,28 @@ def run_oracle(run: SimRun, _settings: object) -> None:
         run.decide(cand, bool(delta[0] < 0 and not run.harms(delta)), 1)
 
 
+def run_oracle_certified(run: SimRun, settings: LoopGateSettings) -> None:
+    """A search that knows the truth, then the loop's certification: the loop's A/A calibration,
+    one paired round charged per candidate, KEEP exactly when the candidate truly lowers the
+    target and leaves every critical dimension no worse than the start (a champion the
+    certification can pass), and the same certification as the loop gate on the reserve."""
+    promo = settings.promotion
+    shared = JudgeState.start(promo)
+    for _ in range(promo.calibration_pairs):
+        shared.pool.add_aa(_round(run, run.theta, run.theta, promo))
+    keeps = 0
+    for cand in run.candidates:
+        if run.left() - settings.certify_audits < 2:
+            break
+        run.audit_pair(run.theta + cand.field, run.theta)
+        delta, start = run.true_delta(cand.field), run.final_delta() + run.true_delta(cand.field)
+        keep = bool(delta[0] < 0 and (start[run.critical_idx] <= 1e-9).all())
+        keeps += keep
+        run.decide(cand, keep, 2)
+    if settings.certify_audits and keeps:
+        _certify(run, promo, shared)
+
+
 # ---------------------------------------------------------------------------- the loop's gate
 
 
@@ -267,4 +291,5 @@ PROCEDURES: dict[str, Procedure] = {
     "loop_gate": run_loop_gate,
     "random": run_random,
     "oracle": run_oracle,
+    "oracle_certified": run_oracle_certified,
 }

@@ -40,6 +40,21 @@ def test_two_stage_loop_gate_certifies_what_it_keeps_within_budget():
             assert s.final_target == 0.0  # not certified: rolled back to the start
 
 
+def test_the_certified_oracle_keeps_only_harmless_gains_and_certifies_them():
+    setup = load_setup(REPO / "program.md", ("oracle_certified", "oracle"), with_aux=False)
+    for run in range(3):
+        out = simulate_run(setup, Cell("calibrated", 0.5, 300), run=run)
+        s, free = out["oracle_certified"], out["oracle"]
+        assert s.used <= 300 and not s.false_keep and s.keeps > 0
+        assert s.certified is not None  # its champion faces the loop's certification
+        # a paired round per candidate and the reserve: fewer decisions than the 1-audit oracle
+        assert s.decisions <= (300 - setup.certify_audits) // 2 < free.decisions
+        if s.certified:
+            assert s.final_critical <= 1e-9 and s.final_target < 0
+        else:
+            assert s.final_target == 0.0
+
+
 def test_setup_uses_target_and_critical_dims_of_the_contract(setup):
     p = setup.promotion
     assert setup.dims == (p.target_dimensions[0], *p.critical_dimensions)
