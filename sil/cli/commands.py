@@ -21,6 +21,7 @@ from sil.exec.backends import make_backend
 from sil.exec.startchecks import most_seeds, planned_audits, start_checks
 from sil.integrity.witness import WitnessError, witness_from_env
 from sil.run.canary import reserve as canary_reserve
+from sil.run.proposing import proposer_check
 from sil.run.replication import power_note, replicate
 from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
@@ -75,6 +76,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
 def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console, as_json: bool = False) -> int:
     """Print every start-time check of `sil run`: exit 1 if the measurement or policies fail, 2 if refused."""
     report = start_checks(loaded, root)
+    report.items.append(proposer_check(loaded))
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     for item in [] if as_json else report.items:

@@ -9,6 +9,7 @@ the mutation expected, so the next prompt sees both.
 
     source = CandidateSource(rc, "gate", make_proposer(rc.loaded))
     mutation = source.ask(arm_state, champion_documents)   # None: a gap, or the arm is done
+    proposer_check(loaded)   # `sil check` and `sil run`: can the proposer be built, before any audit
 """
 
 from __future__ import annotations
@@ -19,15 +20,35 @@ import numpy as np
 
 from sil.base.errors import Halt
 from sil.base.faults import crashpoint
+from sil.contract.schema import LoadedContract
+from sil.exec.startchecks import CheckItem
 from sil.integrity.records import EffectRecord, Keys, MutationRecord, MutatorCallRecord, ProposerGapRecord, RoundRecord
 from sil.policies.mutation import Mutation
 from sil.run.context import RunContext
 from sil.search.evidence import MutatorContext, build_context, check_citation, observed_effect
-from sil.search.proposers import Proposal, ProposalRequest, Proposer
+from sil.search.proposers import Proposal, ProposalRequest, Proposer, make_proposer
 from sil.store.runstate import ArmState, Pending
 
 ARM_ORDER = ("never", "random", "gate")  # the proposer's rng stream per arm
 MAX_GAP_REASON = 2000
+CANDIDATE_ARMS = ("random", "gate")
+
+
+def proposer_check(loaded: LoadedContract) -> CheckItem:
+    """Whether the contract's proposer can be built, checked before any audit: a plugin that
+    fails to import or a misspelt offline name would otherwise stop the run only when its first
+    candidate arm starts, after the baseline and the never arm have been paid for."""
+    c = loaded.contract
+    model = c.models.mutator.model
+    if not set(CANDIDATE_ARMS) & set(c.arms):
+        return CheckItem(name="proposer", status="ok", detail=f"{model}: not used (no random or gate arm)")
+    try:
+        proposer = make_proposer(loaded)
+    except Exception as ex:  # a plugin's factory may raise anything; the user needs its words
+        return CheckItem(name="proposer", status="fail", detail=f"mutator {model}: {type(ex).__name__}: {ex}")
+    return CheckItem(
+        name="proposer", status="ok", detail=f"{model}: {getattr(proposer, 'name', type(proposer).__name__)}"
+    )
 
 
 class CandidateSource:

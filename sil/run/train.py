@@ -62,6 +62,7 @@ from sil.run.canary import reserve as canary_reserve
 from sil.run.certify import final_phase
 from sil.run.context import RunContext
 from sil.run.preflight import preflight_phase
+from sil.run.proposing import proposer_check
 from sil.run.rounds import Guards, RoundRunner
 from sil.stats.judges import JudgeState
 from sil.store.journal import Journal
@@ -345,7 +346,7 @@ def unrefused_run_dir(loaded: LoadedContract, root: Path, run_id: str, err: Cons
     except RunIdError as ex:
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return None
-    refusals = run_refusals(loaded, root)
+    refusals = run_refusals(loaded, root) + [i for i in [proposer_check(loaded)] if i.status == "fail"]
     for item in refusals:
         err.print(f"[bold red]refused:[/] {escape(item.detail)}")
     if refusals:

@@ -125,19 +125,58 @@ def test_a_run_uses_the_plugins_backend_and_proposer(tmp_path: Path, workspace: 
     assert hypotheses and all(h.startswith("[sil_echo] ") for h in hypotheses)
 
 
-def test_a_plugin_that_fails_to_import_is_named_with_how_to_fix_it(tmp_path: Path, monkeypatch) -> None:
-    from sil.search.proposers import ProposerError, make_proposer
-
-    (tmp_path / "sil_broken.py").write_text("raise RuntimeError('half-installed')\n")
-    meta = tmp_path / "sil_broken-0.1.dist-info"
+def broken_plugin(where: Path) -> Path:
+    """A package whose backend and proposer entry points fail to import (half-installed)."""
+    where.mkdir(exist_ok=True)
+    (where / "sil_broken.py").write_text("raise RuntimeError('half-installed')\n")
+    meta = where / "sil_broken-0.1.dist-info"
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sil-broken\nVersion: 0.1\n")
     (meta / "entry_points.txt").write_text(
         "[sil.backends]\nbroken = sil_broken\n\n[sil.proposers]\noffline/broken = sil_broken:make\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    return where
+
+
+def test_a_plugin_that_fails_to_import_is_named_with_how_to_fix_it(tmp_path: Path, monkeypatch) -> None:
+    from sil.search.proposers import ProposerError, make_proposer
+
+    monkeypatch.syspath_prepend(str(broken_plugin(tmp_path)))
     with pytest.raises(ImportError, match=r"'broken' \(sil_broken\) failed to import: RuntimeError: half-installed"):
         backends.make_backend("broken")
     text = (REPO / "program.md").read_text().replace("{model: scripted/mutator}", "{model: offline/broken}")
     with pytest.raises(ProposerError, match="fix or uninstall the package that provides it"):
         make_proposer(parse_contract(text))
+
+
+@pytest.mark.parametrize("model", ["offline/broken", "offline/catalouge"])
+def test_a_proposer_that_cannot_be_built_is_refused_before_any_audit(
+    tmp_path: Path, workspace: Path, monkeypatch, model: str
+) -> None:
+    from rich.console import Console
+
+    from sil.cli.commands import check_contract
+    from sil.run.train import execute_run
+
+    monkeypatch.syspath_prepend(str(broken_plugin(tmp_path / "plugin")))
+    contract = shrink(workspace) / "program.md"
+    contract.write_text(contract.read_text().replace("{model: scripted/mutator}", "{model: " + model + "}", 1))
+    loaded = load_contract(contract)
+    out, err = Console(record=True, width=300), Console(record=True, width=300)
+    assert check_contract(loaded, workspace, out, err) == 2
+    assert re.search(rf"fail proposer: mutator {model}: ProposerError: ", err.export_text())
+    err = Console(record=True, width=300)
+    assert execute_run(loaded, workspace, "r1", None, Console(record=True), err) == 2
+    text = err.export_text()
+    assert f"refused: mutator {model}" in text and "nothing was started" in text
+    assert not (workspace / "state" / "runs").exists()  # no run folder, no audit paid for
+
+
+def test_a_contract_without_candidate_arms_needs_no_proposer(workspace: Path) -> None:
+    from sil.run.proposing import proposer_check
+
+    contract = workspace / "program.md"
+    text = contract.read_text().replace("{model: scripted/mutator}", "{model: offline/nope}", 1)
+    assert proposer_check(parse_contract(text)).status == "fail"
+    text = text.replace("arms: [never, random, gate]", "arms: [never]", 1)
+    assert proposer_check(parse_contract(text)).status == "ok"
