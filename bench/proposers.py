@@ -480,7 +480,8 @@ class GateRun:
         )
 
     def certify(self, champion: dict[str, dict[str, Any]], shared: JudgeState) -> bool:
-        looks = self.loaded.contract.budget.certify_rounds
+        # as sil/run/certify.certify_looks: the search's unspent audits lengthen the horizon
+        looks = self.loaded.contract.budget.certify_rounds + max(0, self.budget - self.reserve - self.used) // 2
         part = "heldout" if self.world.has_heldout else "search"  # as measurement.certify_on auto
         n_cert = len(self.world.seed_ids) - self.world.n_search if part == "heldout" else self.world.n_search
         scale = seed_count_scale(self.world.n_search, n_cert)

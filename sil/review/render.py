@@ -220,6 +220,10 @@ CERT_HEAD = [
 CERT_WIDTHS = [5, 10, 9, 5, 10, 15, 30, 16]
 
 
+def _rounds_cell(c: Certification) -> str:
+    return str(c.rounds) if c.looks is None else f"{c.rounds} of up to {c.looks}"
+
+
 def _seeds_cell(c: Certification) -> str:
     if c.seed_set == "heldout":
         return f"held-out ({c.seeds}), never used by the search"
@@ -251,7 +255,7 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
         if c.certified and later:
             certified = "yes, then demoted: " + "; ".join(f"KEEP {x['mutation_id']} by a {x['cause']}" for x in later)
         rows.append(
-            [c.arm, c.policy_set, certified, str(c.rounds), _seeds_cell(c), c.reason, legs, _search_check(c, d.target)]
+            [c.arm, c.policy_set, certified, _rounds_cell(c), _seeds_cell(c), c.reason, legs, _search_check(c, d.target)]
         )
     for r in d.replications:
         ti = r.get("target_interval")

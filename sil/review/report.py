@@ -80,6 +80,7 @@ class Certification(BaseModel):
     rounds: int
     reason: str
     legs: list[dict[str, Any]]
+    looks: int | None = None  # the test's horizon (older ledgers do not record it)
     seed_set: str = "search"  # the seeds the certification rounds ran on
     seeds: int | None = None
     search_rounds: int = 0  # certified on held-out seeds: the champion's check on the search seeds
@@ -255,6 +256,7 @@ def certifications(view: RunView) -> list[Certification]:
                 policy_set=c["policy_set"],
                 certified=c["certified"],
                 rounds=c["rounds"],
+                looks=c.get("looks"),
                 reason=c.get("reason") or decision.get("reason", "the budget ran out before the certification decided"),
                 legs=legs,
                 seed_set=c.get("seed_set", "search"),

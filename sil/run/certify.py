@@ -1,7 +1,8 @@
 """The final phase: re-measure each changed champion against the starting policy.
 
 The gate arm's champion (and the random arm's, with `budget.certify_random`) is certified with a
-sequential test (`certify_rounds` rounds at `alpha_certify`, sil/stats/judges.certify) on the
+sequential test (`certify_rounds` rounds, plus those the arm's unspent search audits pay for, at
+`alpha_certify`, sil/stats/judges.certify) on the
 seeds `measurement.certify_on` names: the
 held-out seeds (`heldout/` of the measurement, never used by the search) when the measurement
 has them and the contract does not ask for the search seeds. Certified on held-out seeds, the
@@ -61,7 +62,7 @@ def final_phase(rc: RunContext) -> None:
             final_rounds(rc, arm, FinalPlan(budget.final_check_rounds, certifying=False))
             continue
         seed_set = rc.measure.certify_on
-        decision = final_rounds(rc, arm, FinalPlan(budget.certify_rounds, certifying=True, seed_set=seed_set))
+        decision = final_rounds(rc, arm, FinalPlan(certify_looks(rc, arm), certifying=True, seed_set=seed_set))
         if seed_set == "heldout":  # after the certification, so it never eats the certification's audits
             final_rounds(rc, arm, FinalPlan(budget.final_check_rounds, certifying=False, search_check=True))
         conclude(rc, arm, decision)
@@ -71,6 +72,15 @@ def certifies(rc: RunContext, arm: str) -> bool:
     """Whether the arm's champion is certified: the gate's always when there are certification
     rounds, the random arm's too when the contract asks (`budget.certify_random`)."""
     return arm in rc.contract.certified_arms()
+
+
+def certify_looks(rc: RunContext, arm: ArmState) -> int:
+    """The certification's horizon: `certify_rounds`, plus the rounds the arm's unspent search
+    audits pay for (a proposer that ran dry leaves them). Set by the search alone, before the
+    first certification round, so the test never sizes itself on its own data."""
+    budget = rc.contract.budget
+    unspent = max(0, budget.arm_audits.get(arm.arm, 0) - arm.audits)
+    return budget.certify_rounds + unspent // 2
 
 
 def sigma_scale(rc: RunContext, seed_set: SeedSet) -> float:
@@ -157,6 +167,7 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> No
             against=origin.set_id,
             certified=certified,
             rounds=len(arm.final_rounds),
+            looks=certify_looks(rc, arm),
             decision=decision,
             reason=decision.reason if decision is not None else "the budget ran out before the certification decided",
             legs=certify_legs(arm.final_rounds, decision),

@@ -250,6 +250,31 @@ def test_certification_rounds_run_only_on_heldout_seeds(workspace: Path, monkeyp
     assert "certified on the held-out seeds" in rc.state.arms["gate"].stop_reason
 
 
+def test_the_search_s_unspent_audits_lengthen_the_certification(workspace: Path, monkeypatch) -> None:
+    from sil.run import certify
+
+    root = shrink(workspace)
+    unspent = 7  # a proposer that ran dry leaves the arm's audits; 3 rounds' worth here
+    real_phase = certify.final_phase
+
+    def after_a_short_search(rc) -> None:  # type: ignore[no-untyped-def]
+        rc.state.arms["gate"].audits -= unspent
+        real_phase(rc)
+
+    monkeypatch.setattr(certify, "final_phase", after_a_short_search)
+    rc, _, _ = certified_run(root, monkeypatch)
+    (cert,) = [r.payload for r in records(rc) if r.type == "certify"]
+    # 3 certify_rounds + 7 // 2: the horizon the (forced) test kept at, and what the record says
+    assert cert["looks"] == 3 + 3 and cert["rounds"] == 6 and cert["certified"]
+    from sil.review.render import _cert_rows
+    from sil.review.report import build_report
+    from sil.review.runview import load_run
+
+    data = build_report(load_run(rc.run_dir), workspace)
+    (row,) = [r for r in _cert_rows(data) if r[0] == "gate"]
+    assert row[3] == "6 of up to 6"
+
+
 def test_search_rounds_never_touch_heldout_seeds_in_a_whole_run(workspace: Path) -> None:
     from tests.run.test_train import run_loop
 

@@ -225,6 +225,7 @@ def gate_champion_forced(rc: RunContext):
     gate_arm.apply(arm)
     candidate = arm.pending.candidate
     arm.champion, arm.pending = candidate, None
+    arm.audits = rc.contract.budget.arm_audits["gate"]  # as if the search had spent its budget
     return candidate
 
 
