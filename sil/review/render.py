@@ -255,7 +255,16 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
         if c.certified and later:
             certified = "yes, then demoted: " + "; ".join(f"KEEP {x['mutation_id']} by a {x['cause']}" for x in later)
         rows.append(
-            [c.arm, c.policy_set, certified, _rounds_cell(c), _seeds_cell(c), c.reason, legs, _search_check(c, d.target)]
+            [
+                c.arm,
+                c.policy_set,
+                certified,
+                _rounds_cell(c),
+                _seeds_cell(c),
+                c.reason,
+                legs,
+                _search_check(c, d.target),
+            ]
         )
     for r in d.replications:
         ti = r.get("target_interval")

@@ -79,8 +79,8 @@ def certify_looks(rc: RunContext, arm: ArmState) -> int:
     audits pay for (a proposer that ran dry leaves them). Set by the search alone, before the
     first certification round, so the test never sizes itself on its own data."""
     budget = rc.contract.budget
-    unspent = max(0, budget.arm_audits.get(arm.arm, 0) - arm.audits)
-    return budget.certify_rounds + unspent // 2
+    limit = next((n for name, n in budget.arm_audits.items() if name == arm.arm), 0)
+    return budget.certify_rounds + max(0, limit - arm.audits) // 2
 
 
 def sigma_scale(rc: RunContext, seed_set: SeedSet) -> float:
