@@ -46,9 +46,7 @@ def proposer_check(loaded: LoadedContract) -> CheckItem:
         proposer = make_proposer(loaded)
     except Exception as ex:  # a plugin's factory may raise anything; the user needs its words
         return CheckItem(name="proposer", status="fail", detail=f"mutator {model}: {type(ex).__name__}: {ex}")
-    return CheckItem(
-        name="proposer", status="ok", detail=f"{model}: {getattr(proposer, 'name', type(proposer).__name__)}"
-    )
+    return CheckItem(name="proposer", status="ok", detail=f"{model} ({type(proposer).__name__})")
 
 
 class CandidateSource:
