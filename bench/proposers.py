@@ -300,6 +300,7 @@ class GateRun:
         self.reserve = 2 * loaded.contract.budget.certify_rounds if certifies else 0
         self.uncertified: RunResult | None = None  # the search's champion as if delivered uncertified
         self.used = 0
+        self.ran_dry = False  # the proposer had nothing left: its unspent audits go to the certification
         self.audits: list[Audit] = []
 
     def round(
@@ -361,6 +362,7 @@ class GateRun:
                     break
                 continue
             if proposal.mutation is None:
+                self.ran_dry = True
                 break
             streak, m = 0, proposal.mutation
             cand = {**champion, m.surface: apply_mutation(m, champion, list(SURFACES))}
@@ -480,8 +482,9 @@ class GateRun:
         )
 
     def certify(self, champion: dict[str, dict[str, Any]], shared: JudgeState) -> bool:
-        # as sil/run/certify.certify_looks: the search's unspent audits lengthen the horizon
-        looks = self.loaded.contract.budget.certify_rounds + max(0, self.budget - self.reserve - self.used) // 2
+        # as sil/run/certify.certify_looks: a dry proposer's unspent audits lengthen the horizon
+        unspent = max(0, self.budget - self.reserve - self.used) if self.ran_dry else 0
+        looks = self.loaded.contract.budget.certify_rounds + unspent // 2
         part = "heldout" if self.world.has_heldout else "search"  # as measurement.certify_on auto
         n_cert = len(self.world.seed_ids) - self.world.n_search if part == "heldout" else self.world.n_search
         scale = seed_count_scale(self.world.n_search, n_cert)

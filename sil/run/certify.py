@@ -1,8 +1,8 @@
 """The final phase: re-measure each changed champion against the starting policy.
 
 The gate arm's champion (and the random arm's, with `budget.certify_random`) is certified with a
-sequential test (`certify_rounds` rounds, plus those the arm's unspent search audits pay for, at
-`alpha_certify`, sil/stats/judges.certify) on the
+sequential test (`certify_rounds` rounds, plus those the arm's unspent search audits pay for when
+its proposer ran dry, at `alpha_certify`, sil/stats/judges.certify) on the
 seeds `measurement.certify_on` names: the
 held-out seeds (`heldout/` of the measurement, never used by the search) when the measurement
 has them and the contract does not ask for the search seeds. Certified on held-out seeds, the
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from sil.contract.prepare import SeedSet
 from sil.integrity.records import CertifyLeg, CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
 from sil.run.context import RunContext
+from sil.run.proposing import NOTHING_LEFT
 from sil.stats import fitness
 from sil.stats.gate import GateDecision
 from sil.stats.judges import certify, seed_count_scale
@@ -75,10 +76,13 @@ def certifies(rc: RunContext, arm: str) -> bool:
 
 
 def certify_looks(rc: RunContext, arm: ArmState) -> int:
-    """The certification's horizon: `certify_rounds`, plus the rounds the arm's unspent search
-    audits pay for (a proposer that ran dry leaves them). Set by the search alone, before the
-    first certification round, so the test never sizes itself on its own data."""
+    """The certification's horizon: `certify_rounds`, plus, when the arm's proposer ran dry, the
+    rounds its unspent search audits pay for (an arm stopped by the wall-time or USD budget could
+    not pay for them). Set by the search alone, before the first certification round, so the
+    test never sizes itself on its own data."""
     budget = rc.contract.budget
+    if not (arm.stop_reason or "").startswith(NOTHING_LEFT):
+        return budget.certify_rounds
     limit = next((n for name, n in budget.arm_audits.items() if name == arm.arm), 0)
     return budget.certify_rounds + max(0, limit - arm.audits) // 2
 

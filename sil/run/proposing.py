@@ -32,6 +32,7 @@ from sil.store.runstate import ArmState, Pending
 ARM_ORDER = ("never", "random", "gate")  # the proposer's rng stream per arm
 MAX_GAP_REASON = 2000
 CANDIDATE_ARMS = ("random", "gate")
+NOTHING_LEFT = "the proposer has nothing left to try"  # an arm's stop reason (sil/run/certify.py reads it)
 
 
 def proposer_check(loaded: LoadedContract) -> CheckItem:
@@ -83,7 +84,7 @@ class CandidateSource:
             self.proposer_gap(arm, index, proposal)
             return None
         if proposal.stop is not None or proposal.mutation is None:
-            arm.done, arm.stop_reason = True, proposal.stop or "the proposer has nothing left to try"
+            arm.done, arm.stop_reason = True, proposal.stop or NOTHING_LEFT
             return None
         arm.proposer_gaps = 0
         return proposal.mutation

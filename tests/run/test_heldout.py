@@ -25,6 +25,7 @@ from sil.exec.measure import AuditRequest, MeasureContext, MeasurementChanged, r
 from sil.integrity import ledger
 from sil.policies.store import PolicyStore
 from sil.review.summary import build_summary, confirmation_lines, render
+from sil.run.proposing import NOTHING_LEFT
 from sil.search.evidence import build_context
 from sil.search.proposers.llm import render_prompt
 from tests.conftest import edit_contract
@@ -250,29 +251,33 @@ def test_certification_rounds_run_only_on_heldout_seeds(workspace: Path, monkeyp
     assert "certified on the held-out seeds" in rc.state.arms["gate"].stop_reason
 
 
-def test_the_search_s_unspent_audits_lengthen_the_certification(workspace: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("why, looks", [(NOTHING_LEFT, 3 + 7 // 2), ("wall-time budget (600s) reached", 3), (None, 3)])
+def test_a_dry_proposer_s_unspent_audits_lengthen_the_certification(
+    workspace: Path, monkeypatch, why: str | None, looks: int
+) -> None:
     from sil.run import certify
 
     root = shrink(workspace)
-    unspent = 7  # a proposer that ran dry leaves the arm's audits; 3 rounds' worth here
     real_phase = certify.final_phase
 
     def after_a_short_search(rc) -> None:  # type: ignore[no-untyped-def]
-        rc.state.arms["gate"].audits -= unspent
+        arm = rc.state.arms["gate"]
+        arm.audits, arm.stop_reason = arm.audits - 7, why  # 7 of the arm's audits left unspent
         real_phase(rc)
 
     monkeypatch.setattr(certify, "final_phase", after_a_short_search)
     rc, _, _ = certified_run(root, monkeypatch)
     (cert,) = [r.payload for r in records(rc) if r.type == "certify"]
-    # 3 certify_rounds + 7 // 2: the horizon the (forced) test kept at, and what the record says
-    assert cert["looks"] == 3 + 3 and cert["rounds"] == 6 and cert["certified"]
+    # the horizon the (forced) test kept at, and what the record says; only a proposer that ran
+    # dry leaves audits the run can still pay for
+    assert cert["looks"] == looks and cert["rounds"] == looks and cert["certified"]
     from sil.review.render import _cert_rows
     from sil.review.report import build_report
     from sil.review.runview import load_run
 
     data = build_report(load_run(rc.run_dir), workspace)
     (row,) = [r for r in _cert_rows(data) if r[0] == "gate"]
-    assert row[3] == "6 of up to 6"
+    assert row[3] == f"{looks} of up to {looks}"
 
 
 def test_search_rounds_never_touch_heldout_seeds_in_a_whole_run(workspace: Path) -> None:
