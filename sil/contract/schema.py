@@ -193,7 +193,7 @@ class Budget(_Strict):
     final_check_rounds: Annotated[int, Field(ge=0, le=100)] = 4
     # Reserved for certifying the gate arm's final champion against the starting policy
     # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check. The
-    # arm's unspent search audits add rounds to the test's horizon (sil/run/certify.py).
+    # audits an arm leaves when its proposer runs dry add rounds to the horizon (sil/run/certify.py).
     certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
     # Certify the random arm's champion too, by the same test: the coin flip then differs from
     # the gate arm only in its decision rule, a control under the same delivery rule.
