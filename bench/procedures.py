@@ -150,15 +150,21 @@ def run_oracle(run: SimRun, _settings: object) -> None:
         run.decide(cand, bool(delta[0] < 0 and not run.harms(delta)), 1)
 
 
+def _calibrate(run: SimRun, promo: Promotion) -> JudgeState:
+    """The loop's noise floor: `calibration_pairs` A/A rounds of the champion into a fresh pool."""
+    shared = JudgeState.start(promo)
+    for _ in range(promo.calibration_pairs):
+        shared.pool.add_aa(_round(run, run.theta, run.theta, promo))
+    return shared
+
+
 def run_oracle_certified(run: SimRun, settings: LoopGateSettings) -> None:
     """A search that knows the truth, then the loop's certification: the loop's A/A calibration,
     one paired round charged per candidate, KEEP exactly when the candidate truly lowers the
     target and leaves every critical dimension no worse than the start (a champion the
     certification can pass), and the same certification as the loop gate on the reserve."""
     promo = settings.promotion
-    shared = JudgeState.start(promo)
-    for _ in range(promo.calibration_pairs):
-        shared.pool.add_aa(_round(run, run.theta, run.theta, promo))
+    shared = _calibrate(run, promo)
     keeps = 0
     for cand in run.candidates:
         if run.left() - settings.certify_audits < 2:
@@ -243,9 +249,7 @@ def ending_of(outcome: Outcome) -> str:
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     """The loop's gate arm on the simulated world: A/A calibration, then the shared GateJudge."""
     promo = settings.promotion
-    shared = JudgeState.start(promo)
-    for _ in range(promo.calibration_pairs):
-        shared.pool.add_aa(_round(run, run.theta, run.theta, promo))
+    shared = _calibrate(run, promo)
     calibration, reserve = run.used, settings.certify_audits
     started: dict[int, int] = {}  # audits used when each candidate's first round started
 

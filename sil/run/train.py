@@ -346,7 +346,8 @@ def unrefused_run_dir(loaded: LoadedContract, root: Path, run_id: str, err: Cons
     except RunIdError as ex:
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
         return None
-    refusals = run_refusals(loaded, root) + [i for i in [proposer_check(loaded)] if i.status == "fail"]
+    proposer = proposer_check(loaded)
+    refusals = run_refusals(loaded, root) + ([proposer] if proposer.status == "fail" else [])
     for item in refusals:
         err.print(f"[bold red]refused:[/] {escape(item.detail)}")
     if refusals:
