@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
 from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table, provenance
+from bench.posterior import PosteriorSettings, Prior, run_posterior
 from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import ValidityRow, format_validity, validity_table
@@ -83,6 +84,10 @@ CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
 CERTIFY_AUDITS = 40
 METHODS = ("single_audit", "geode", "fixed_k", "loop_gate", "random", "oracle")
 VARIANTS = ("loop_gate_elond", "loop_gate_certified", "oracle_certified")
+# Posterior search references (bench/posterior.py): the world's own prior, or one learned from the run
+POSTERIORS: dict[str, Prior] = {"posterior_true": "true", "posterior_learned": "learned"}
+# keep_p, drop_p, max_rounds, harm_slack per reference, each tuned on worlds 100-139 (--first-run 100)
+POSTERIOR_RULES = {"posterior_true": (0.7, 0.1, 24, 0.3), "posterior_learned": (0.5, 0.1, 8, 0.3)}
 # Gate variants as promotion overrides. "before" is the gate as it was before the harm
 # tolerance drove the margin (NI margin 0.5) and before the default changes; the bench still
 # scores harm with the contract's tolerance.
@@ -145,6 +150,7 @@ class Setup:
     promotion: Promotion
     methods: tuple[str, ...]
     certify_audits: int = CERTIFY_AUDITS  # reserved for the final certification (2 per round)
+    posterior_rule: tuple[float, float, int, float] | None = None  # None: POSTERIOR_RULES
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
         return world_params(self.params, cell.world, {"pair_correlation": cell.rho, "world_seed": SEED + run})
@@ -212,7 +218,7 @@ def delivered_alpha(setup: Setup, cell: Cell, method: str) -> float | None:
     """alpha_certify for a method that runs the two-stage design with its certification (its
     guarantee is on the delivered champion), else None (held to the FWER criterion)."""
     _, settings = _procedure(setup, cell, method, 0)
-    if isinstance(settings, LoopGateSettings) and settings.certify_audits:
+    if isinstance(settings, LoopGateSettings | PosteriorSettings) and settings.certify_audits:
         promo = settings.promotion
         return promo.alpha_certify if promo.error_design == "two_stage" else None
     return None
@@ -235,6 +241,12 @@ def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedu
         return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
     if method == "oracle_certified":
         return PROCEDURES[method], LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
+    if method in POSTERIORS:
+        keep_p, drop_p, rounds, slack = setup.posterior_rule or POSTERIOR_RULES[method]
+        posterior = PosteriorSettings(
+            setup.cell_promotion(cell), setup.certify_audits, POSTERIORS[method], keep_p, drop_p, int(rounds), slack
+        )
+        return run_posterior, posterior
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
@@ -260,15 +272,17 @@ def _work(task: tuple[Setup, Cell, list[int]]) -> tuple[Cell, list[dict[str, Run
     return cell, [simulate_run(setup, cell, r) for r in runs]
 
 
-def _tasks(setup: Setup, cells: Sequence[Cell], runs: int, chunk: int) -> Iterator[tuple[Setup, Cell, list[int]]]:
+def _tasks(setup: Setup, cells: Sequence[Cell], runs: range, chunk: int) -> Iterator[tuple[Setup, Cell, list[int]]]:
     for cell in sorted(cells, key=lambda c: -c.budget):  # longest first balances the workers
-        for start in range(0, runs, chunk):
-            yield setup, cell, list(range(start, min(runs, start + chunk)))
+        for start in range(runs.start, runs.stop, chunk):
+            yield setup, cell, list(range(start, min(runs.stop, start + chunk)))
 
 
-def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int) -> GridResult:
+def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int, first_run: int = 0) -> GridResult:
+    """`runs` runs per cell, worlds first_run .. first_run + runs - 1."""
     results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
-    tasks = list(_tasks(setup, cells, runs, chunk=max(1, min(25, runs // 4 or 1))))
+    span = range(first_run, first_run + runs)
+    tasks = list(_tasks(setup, cells, span, chunk=max(1, min(25, runs // 4 or 1))))
     if jobs > 1:
         with mp.get_context("fork").Pool(jobs) as pool:
             for cell, out in pool.imap_unordered(_work, tasks):
@@ -344,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help=f"{FULL_RUNS} runs per cell")
     ap.add_argument("--runs", type=int, help=f"runs per cell (default {DEFAULT_RUNS})")
+    ap.add_argument(
+        "--first-run", type=int, default=0, help="world of the first run (tune on worlds apart from the reported 0..)"
+    )
     ap.add_argument("--validity-reps", type=int, help="null replicates for the type-I table")
     ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     ap.add_argument(
@@ -355,7 +372,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rhos", type=float, nargs="+", default=list(CORRELATIONS))
     ap.add_argument("--variants", action="store_true", help="add e-LOND and certified loop gates")
     ap.add_argument(
-        "--methods", nargs="+", choices=METHODS + VARIANTS + LEVERS + tuple(OVERRIDES), help="run only these"
+        "--methods",
+        nargs="+",
+        choices=METHODS + VARIANTS + tuple(POSTERIORS) + LEVERS + tuple(OVERRIDES),
+        help="run only these",
+    )
+    ap.add_argument(
+        "--posterior-rule",
+        type=float,
+        nargs=4,
+        metavar=("KEEP_P", "DROP_P", "MAX_ROUNDS", "HARM_SLACK"),
+        help=f"the posterior references' decision rule (default, per reference: {POSTERIOR_RULES})",
     )
     ap.add_argument("--certify-rounds", type=int, help="certification rounds (default: the contract's, or 20)")
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
@@ -380,12 +407,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
     reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
-    if runs < 2 or reps < 1:
-        raise SystemExit("--runs must be >= 2 and --validity-reps >= 1")
+    if runs < 2 or reps < 1 or args.first_run < 0:
+        raise SystemExit("--runs must be >= 2, --validity-reps >= 1 and --first-run >= 0")
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
     setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
     if args.certify_rounds is not None:
         setup = replace(setup, certify_audits=2 * args.certify_rounds)
+    if args.posterior_rule is not None:
+        keep_p, drop_p, rounds, slack = args.posterior_rule
+        if not (0 <= drop_p < keep_p <= 1 and rounds >= 1):
+            raise SystemExit("--posterior-rule needs 0 <= DROP_P < KEEP_P <= 1 and MAX_ROUNDS >= 1")
+        setup = replace(setup, posterior_rule=(keep_p, drop_p, int(rounds), slack))
     alpha_run = setup.promotion.alpha_run
     worlds = [w for name in args.worlds for w in (GRID_WORLDS if name == "grid" else (name,))]
     for name in worlds:
@@ -393,14 +425,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     cells = [Cell(w, r, b) for w in worlds for r in args.rhos for b in args.budgets]
     start = time.monotonic()
     out = [
-        f"# Gate benchmark (SIMULATED world; {runs} runs per cell, seed {SEED})",
+        f"# Gate benchmark (SIMULATED world; {runs} runs per cell{_from(args.first_run)}, seed {SEED})",
         f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
         f"loop gate: {setup.promotion.gate}, {design_line(setup.promotion, setup.certify_audits)}, "
         f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300",
         "",
     ]
     print("\n".join(out), flush=True)
-    grid = run_grid(setup, cells, runs, args.jobs)
+    grid = run_grid(setup, cells, runs, args.jobs, args.first_run)
     tables = grid.tables
     for cell in cells:
         block = f"## {cell.label}\n\n{format_table(tables[cell], alpha_run)}\n\n{wald_reference(setup, cell, grid.sds[cell])}\n"
@@ -425,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv_used = list(argv) if argv is not None else sys.argv[1:]
         head = provenance(["bench.gates", *argv_used], f"{runs} per cell", time.monotonic() - start)
         _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
+
+
+def _from(first_run: int) -> str:
+    return f" from world {first_run}" if first_run else ""
 
 
 def _write(folder: Path, text: str, grid: GridResult, validity: Sequence[ValidityRow], name: str = "gates") -> None:

@@ -150,11 +150,11 @@ def run_oracle(run: SimRun, _settings: object) -> None:
         run.decide(cand, bool(delta[0] < 0 and not run.harms(delta)), 1)
 
 
-def _calibrate(run: SimRun, promo: Promotion) -> JudgeState:
+def calibrate(run: SimRun, promo: Promotion) -> JudgeState:
     """The loop's noise floor: `calibration_pairs` A/A rounds of the champion into a fresh pool."""
     shared = JudgeState.start(promo)
     for _ in range(promo.calibration_pairs):
-        shared.pool.add_aa(_round(run, run.theta, run.theta, promo))
+        shared.pool.add_aa(loop_round(run, run.theta, run.theta, promo))
     return shared
 
 
@@ -164,7 +164,7 @@ def run_oracle_certified(run: SimRun, settings: LoopGateSettings) -> None:
     target and leaves every critical dimension no worse than the start (a champion the
     certification can pass), and the same certification as the loop gate on the reserve."""
     promo = settings.promotion
-    shared = _calibrate(run, promo)
+    shared = calibrate(run, promo)
     keeps = 0
     for cand in run.candidates:
         if run.left() - settings.certify_audits < 2:
@@ -175,13 +175,13 @@ def run_oracle_certified(run: SimRun, settings: LoopGateSettings) -> None:
         keeps += keep
         run.decide(cand, keep, 2)
     if settings.certify_audits and keeps:
-        _certify(run, promo, shared)
+        certify_champion(run, promo, shared)
 
 
 # ---------------------------------------------------------------------------- the loop's gate
 
 
-def _round(run: SimRun, cand: np.ndarray, champ: np.ndarray, promo: Promotion) -> RoundStat:
+def loop_round(run: SimRun, cand: np.ndarray, champ: np.ndarray, promo: Promotion) -> RoundStat:
     a, b = run.audit_pair(cand, champ)
     stat = paired_round_for(a, b, run.world.dims, promo)
     run.notes["bounded_cells"] = run.notes.get("bounded_cells", 0) + sum(stat.imputed.values())
@@ -249,13 +249,13 @@ def ending_of(outcome: Outcome) -> str:
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     """The loop's gate arm on the simulated world: A/A calibration, then the shared GateJudge."""
     promo = settings.promotion
-    shared = _calibrate(run, promo)
+    shared = calibrate(run, promo)
     calibration, reserve = run.used, settings.certify_audits
     started: dict[int, int] = {}  # audits used when each candidate's first round started
 
     def measure(index: int) -> RoundStat:
         started.setdefault(index, run.used)
-        return _round(run, run.theta + run.candidates[index].field, run.theta, promo)
+        return loop_round(run, run.theta + run.candidates[index].field, run.theta, promo)
 
     def decided(index: int, outcome: Outcome) -> None:
         audits = run.used - started.get(index, run.used)
@@ -266,10 +266,10 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
     run.notes["alpha_spent"] = shared.budget.spent
     run.notes["calibration_audits"] = calibration
     if reserve and shared.budget.keeps:
-        _certify(run, promo, shared)
+        certify_champion(run, promo, shared)
 
 
-def _certify(run: SimRun, promo: Promotion, shared: JudgeState) -> None:
+def certify_champion(run: SimRun, promo: Promotion, shared: JudgeState) -> None:
     """Champion vs the starting policy on the reserved audits; roll back if not certified."""
     looks = run.left() // 2
     if looks < 1:
@@ -279,7 +279,7 @@ def _certify(run: SimRun, promo: Promotion, shared: JudgeState) -> None:
     fresh: list[RoundStat] = []
     verdict = "continue"
     while verdict == "continue":
-        fresh.append(_round(run, run.theta, run.origin, promo))
+        fresh.append(loop_round(run, run.theta, run.origin, promo))
         verdict = certify(promo, shared.pool, fresh, looks).verdict
     run.notes["certified"] = float(verdict == "keep")
     if verdict != "keep":

@@ -290,3 +290,41 @@ def test_the_two_stage_gate_is_held_to_its_own_guarantee_and_the_fwer_gate_to_it
     assert not type(row)(**{**row.__dict__, "p_worse": 0.06}).admissible(0.1)
     fwer = type(row)(**{**many_false_keeps.__dict__, "delivered_alpha": None})
     assert not fwer.admissible(0.1)
+
+
+@pytest.mark.parametrize("method", ["posterior_true", "posterior_learned"])
+def test_posterior_references_certify_what_they_keep_within_budget(method):
+    setup = load_setup(REPO / "program.md", (method,), with_aux=False)
+    assert gates.delivered_alpha(setup, Cell("calibrated", 0.0, 300), method) == setup.promotion.alpha_certify
+    for run in range(3):
+        s = simulate_run(setup, Cell("calibrated", 0.0, 300), run=run)[method]
+        assert s.used <= 300 and s.keeps <= s.decisions > 0
+        assert (s.certified is not None) == (s.keeps > 0)
+        if s.certified is False:
+            assert s.final_target == 0.0
+
+
+def test_learned_prior_concentrates_where_the_first_rounds_lie():
+    from bench.posterior import GRID, log_likelihood, npmle_prior, posterior_weights
+
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(-1.0, 0.3, 200), rng.normal(0.5, 0.3, 200)])
+    w = npmle_prior(points, 0.3)
+    assert w.sum() == pytest.approx(1.0)
+    near = lambda x: w[np.abs(GRID - x) <= 0.2].sum()  # noqa: E731
+    assert near(-1.0) > 0.35 and near(0.5) > 0.35 and near(1.5) < 0.02
+    # rounds near -1 put the posterior on the negative atoms
+    post = posterior_weights(w, log_likelihood(GRID[:, None], np.array([[-0.9], [-1.1]]), np.array([0.3])))
+    assert post[GRID < 0].sum() > 0.99
+
+
+def test_first_run_shifts_the_worlds_and_a_bad_posterior_rule_is_refused(capsys, tmp_path):
+    base = ["--runs", "2", "--budgets", "60", "--worlds", "calibrated", "--rhos", "0", "--jobs", "1"]
+    args = [*base, "--validity-reps", "1", "--methods", "single_audit", "--out", str(tmp_path)]
+    gates.main([*args, "--first-run", "5"])
+    assert "2 runs per cell from world 5" in capsys.readouterr().out
+    shifted = json.loads((tmp_path / "gates.json").read_text())
+    gates.main(args)
+    assert json.loads((tmp_path / "gates.json").read_text()) != shifted
+    with pytest.raises(SystemExit, match="DROP_P < KEEP_P"):
+        gates.main([*base, "--methods", "posterior_true", "--posterior-rule", "0.2", "0.5", "8", "0.3"])

@@ -1,0 +1,164 @@
+"""Posterior search references for bench.gates: each candidate decided by Bayes' rule, then certified.
+
+Not a rule the loop offers: they measure what a search that decides from its data alone can
+deliver once the loop's certification has passed its champion, so a gap to the certified oracle
+can be split into what the data cannot tell and what the gate leaves behind.
+
+- `posterior_true`: the prior is the world's own candidate mixture (true changes of fresh draws
+  from `sim.effect_mixture`). No real search knows it; this is the best-informed reference.
+- `posterior_learned`: the prior is learned from the run's own first rounds: per dimension, a
+  nonparametric maximum-likelihood prior on a grid fitted by EM (Jiang & Zhang 2009; Koenker &
+  Mizera 2014), the dimensions taken as independent: what a search could build.
+
+After each paired round, P(good | rounds) is the posterior mass on changes that lower the target
+and raise no critical dimension by more than `harm_slack` (score points). KEEP at >= keep_p,
+REVERT at <= drop_p or after max_rounds; then the loop's certification on the reserve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from bench.procedures import calibrate, certify_champion, loop_round
+from bench.simrun import SimRun, candidate_stream
+from sil.contract.schema import Promotion
+from sil.stats.fitness import RoundStat
+from sil_runtime.sim.world import keyed_rng
+
+Prior = Literal["true", "learned"]
+EM_STEPS = 60
+GRID = np.linspace(-2.0, 2.0, 41)  # support of a learned per-dimension prior, score points
+
+
+@dataclass(frozen=True)
+class PosteriorSettings:
+    promotion: Promotion
+    certify_audits: int
+    prior: Prior
+    keep_p: float = 0.7
+    drop_p: float = 0.1
+    max_rounds: int = 24
+    harm_slack: float = 0.3
+    prior_draws: int = 300
+
+
+def round_vector(stat: RoundStat, dims: tuple[str, ...]) -> np.ndarray:
+    """One paired round's candidate-minus-champion means per dim; NaN where a dim is unscored."""
+    return np.array([np.nan if stat.diff.get(d) is None else stat.diff[d] for d in dims], dtype=float)
+
+
+def log_likelihood(atoms: np.ndarray, rounds: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """log P(rounds | change = atom) per atom, Gaussian rounds of SD sigma, NaN cells skipped."""
+    seen = ~np.isnan(rounds) & ~np.isnan(sigma)[None, :]
+    x = np.where(seen, rounds, 0.0)
+    n = seen.sum(axis=0)
+    total = x.sum(axis=0)
+    s2 = np.where(np.isnan(sigma), 1.0, sigma) ** 2
+    # sum_r (x_r - a)^2 = sum x^2 - 2 a sum x + n a^2; the first term is the same for every atom
+    out: np.ndarray = ((2 * atoms * total - n * atoms**2) / (2 * s2)).sum(axis=1)
+    return out
+
+
+def posterior_weights(prior: np.ndarray, loglik: np.ndarray) -> np.ndarray:
+    w = np.log(np.maximum(prior, 1e-300)) + loglik
+    w = np.exp(w - w.max())
+    weights: np.ndarray = w / w.sum()
+    return weights
+
+
+def npmle_prior(points: np.ndarray, sd: float) -> np.ndarray:
+    """EM weights on GRID of a prior for one dimension, from its first-round observations."""
+    lik = np.exp(-((points[:, None] - GRID[None, :]) ** 2) / (2 * sd**2))  # [obs, grid]
+    w = np.full(len(GRID), 1.0 / len(GRID))
+    for _ in range(EM_STEPS):
+        resp = lik * w[None, :]
+        resp /= np.maximum(resp.sum(axis=1, keepdims=True), 1e-300)
+        w = resp.mean(axis=0)
+    return w
+
+
+class PriorBook:
+    """The prior's atoms (changes against the current champion) and their weights."""
+
+    def __init__(self, run: SimRun, settings: PosteriorSettings, sigma: np.ndarray) -> None:
+        self.run, self.settings, self.sigma = run, settings, sigma
+        self.firsts: list[np.ndarray] = []
+        prior = self._true_prior() if settings.prior == "true" else (GRID[:, None], np.empty(0))
+        self.atoms: np.ndarray = prior[0]
+        self.weights: np.ndarray = prior[1]
+        self.per_dim: list[np.ndarray] = []  # learned: one prior on GRID per dim
+
+    def _true_prior(self) -> tuple[np.ndarray, np.ndarray]:
+        world, promo = self.run.world, self.settings.promotion
+        rng = keyed_rng(world.params.world_seed, "bench.posterior prior")
+        draws = candidate_stream(world, rng, self.settings.prior_draws, world.dims[0], promo.critical_dimensions)
+        atoms = np.array([self.run.true_delta(c.field) for c in draws])
+        return atoms, np.full(len(atoms), 1.0 / len(atoms))
+
+    def observe_first(self, first: np.ndarray) -> None:
+        self.firsts.append(first)
+        if self.settings.prior == "learned":
+            seen = np.array(self.firsts)
+            self.per_dim = [
+                npmle_prior(seen[~np.isnan(seen[:, j]), j], float(self.sigma[j]))
+                if not np.isnan(self.sigma[j])
+                else np.full(len(GRID), 1.0 / len(GRID))
+                for j in range(seen.shape[1])
+            ]
+
+    def champion_changed(self) -> None:
+        if self.settings.prior == "true":
+            self.atoms, self.weights = self._true_prior()
+
+    def p_good(self, rounds: np.ndarray) -> float:
+        crit = self.run.critical_idx
+        if self.settings.prior == "learned":
+            return self._p_good_by_dim(rounds, crit)
+        good = (self.atoms[:, 0] < 0) & (self.atoms[:, crit] <= self.settings.harm_slack).all(axis=1)
+        post = posterior_weights(self.weights, log_likelihood(self.atoms, rounds, self.sigma))
+        return float(post[good].sum())
+
+    def _p_good_by_dim(self, rounds: np.ndarray, crit: list[int]) -> float:
+        """Independent dims: P(target < 0) times P(critical <= harm_slack) for each critical dim."""
+        p = 1.0
+        for j in [0, *crit]:
+            post = posterior_weights(self.per_dim[j], log_likelihood(GRID[:, None], rounds[:, [j]], self.sigma[[j]]))
+            p *= float(post[GRID < 0].sum() if j == 0 else post[GRID <= self.settings.harm_slack].sum())
+        return p
+
+
+def run_posterior(run: SimRun, settings: PosteriorSettings) -> None:
+    """The loop's A/A calibration, a posterior decision per candidate, the loop's certification."""
+    promo = settings.promotion
+    shared = calibrate(run, promo)
+    noise = shared.pool.estimate()
+    sigma = np.array([noise.sigma.get(d, np.nan) for d in run.world.dims], dtype=float)
+    book = PriorBook(run, settings, sigma)
+    keeps = 0
+    for cand in run.candidates:
+        if run.left() - settings.certify_audits < 2:
+            break
+        kept, rounds = _decide(run, settings, book, cand.field)
+        keeps += kept
+        run.decide(cand, kept, 2 * rounds, "keep" if kept else "posterior")
+        if kept:
+            book.champion_changed()
+    if settings.certify_audits and keeps:
+        certify_champion(run, promo, shared)
+
+
+def _decide(run: SimRun, settings: PosteriorSettings, book: PriorBook, field: np.ndarray) -> tuple[bool, int]:
+    rows: list[np.ndarray] = []
+    while run.left() - settings.certify_audits >= 2:
+        rows.append(round_vector(loop_round(run, run.theta + field, run.theta, settings.promotion), run.world.dims))
+        if len(rows) == 1:
+            book.observe_first(rows[0])
+        p = book.p_good(np.array(rows))
+        if p >= settings.keep_p:
+            return True, len(rows)
+        if p <= settings.drop_p or len(rows) >= settings.max_rounds:
+            return False, len(rows)
+    return False, len(rows)
