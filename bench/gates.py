@@ -415,8 +415,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         setup = replace(setup, certify_audits=2 * args.certify_rounds)
     if args.posterior_rule is not None:
         keep_p, drop_p, rounds, slack = args.posterior_rule
-        if not (0 <= drop_p < keep_p <= 1 and rounds >= 1):
-            raise SystemExit("--posterior-rule needs 0 <= DROP_P < KEEP_P <= 1 and MAX_ROUNDS >= 1")
+        if not (0 <= drop_p < keep_p <= 1 and rounds >= 1 and rounds == int(rounds) and slack >= 0):
+            raise SystemExit(
+                "--posterior-rule needs 0 <= DROP_P < KEEP_P <= 1, a whole MAX_ROUNDS >= 1 and HARM_SLACK >= 0"
+            )
         setup = replace(setup, posterior_rule=(keep_p, drop_p, int(rounds), slack))
     alpha_run = setup.promotion.alpha_run
     worlds = [w for name in args.worlds for w in (GRID_WORLDS if name == "grid" else (name,))]

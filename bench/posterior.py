@@ -80,54 +80,63 @@ def npmle_prior(points: np.ndarray, sd: float) -> np.ndarray:
     return w
 
 
-class PriorBook:
-    """The prior's atoms (changes against the current champion) and their weights."""
+class TruePrior:
+    """The world's own candidate mixture: true changes of fresh draws against the current champion."""
+
+    def __init__(self, run: SimRun, settings: PosteriorSettings, sigma: np.ndarray) -> None:
+        self.run, self.settings, self.sigma = run, settings, sigma
+        self.atoms = self._draw()
+
+    def _draw(self) -> np.ndarray:
+        world, promo = self.run.world, self.settings.promotion
+        rng = keyed_rng(world.params.world_seed, "bench.posterior prior")
+        draws = candidate_stream(world, rng, self.settings.prior_draws, world.dims[0], promo.critical_dimensions)
+        return np.array([self.run.true_delta(c.field) for c in draws])
+
+    def observe_first(self, first: np.ndarray) -> None:
+        pass  # known in advance: nothing to learn
+
+    def champion_changed(self) -> None:
+        self.atoms = self._draw()
+
+    def p_good(self, rounds: np.ndarray) -> float:
+        crit = self.run.critical_idx
+        good = (self.atoms[:, 0] < 0) & (self.atoms[:, crit] <= self.settings.harm_slack).all(axis=1)
+        flat = np.full(len(self.atoms), 1.0 / len(self.atoms))
+        post = posterior_weights(flat, log_likelihood(self.atoms, rounds, self.sigma))
+        return float(post[good].sum())
+
+
+class LearnedPrior:
+    """One prior on GRID per dimension, fitted to the run's first rounds; dims taken as independent."""
 
     def __init__(self, run: SimRun, settings: PosteriorSettings, sigma: np.ndarray) -> None:
         self.run, self.settings, self.sigma = run, settings, sigma
         self.firsts: list[np.ndarray] = []
-        prior = self._true_prior() if settings.prior == "true" else (GRID[:, None], np.empty(0))
-        self.atoms: np.ndarray = prior[0]
-        self.weights: np.ndarray = prior[1]
-        self.per_dim: list[np.ndarray] = []  # learned: one prior on GRID per dim
-
-    def _true_prior(self) -> tuple[np.ndarray, np.ndarray]:
-        world, promo = self.run.world, self.settings.promotion
-        rng = keyed_rng(world.params.world_seed, "bench.posterior prior")
-        draws = candidate_stream(world, rng, self.settings.prior_draws, world.dims[0], promo.critical_dimensions)
-        atoms = np.array([self.run.true_delta(c.field) for c in draws])
-        return atoms, np.full(len(atoms), 1.0 / len(atoms))
+        self.per_dim: list[np.ndarray] = []
 
     def observe_first(self, first: np.ndarray) -> None:
         self.firsts.append(first)
-        if self.settings.prior == "learned":
-            seen = np.array(self.firsts)
-            self.per_dim = [
-                npmle_prior(seen[~np.isnan(seen[:, j]), j], float(self.sigma[j]))
-                if not np.isnan(self.sigma[j])
-                else np.full(len(GRID), 1.0 / len(GRID))
-                for j in range(seen.shape[1])
-            ]
+        seen = np.array(self.firsts)
+        flat = np.full(len(GRID), 1.0 / len(GRID))
+        self.per_dim = [
+            flat if np.isnan(self.sigma[j]) else npmle_prior(seen[~np.isnan(seen[:, j]), j], float(self.sigma[j]))
+            for j in range(seen.shape[1])
+        ]
 
     def champion_changed(self) -> None:
-        if self.settings.prior == "true":
-            self.atoms, self.weights = self._true_prior()
+        pass  # the first rounds describe the proposer's stream, kept across champions
 
     def p_good(self, rounds: np.ndarray) -> float:
-        crit = self.run.critical_idx
-        if self.settings.prior == "learned":
-            return self._p_good_by_dim(rounds, crit)
-        good = (self.atoms[:, 0] < 0) & (self.atoms[:, crit] <= self.settings.harm_slack).all(axis=1)
-        post = posterior_weights(self.weights, log_likelihood(self.atoms, rounds, self.sigma))
-        return float(post[good].sum())
-
-    def _p_good_by_dim(self, rounds: np.ndarray, crit: list[int]) -> float:
-        """Independent dims: P(target < 0) times P(critical <= harm_slack) for each critical dim."""
+        """P(target < 0) times P(critical <= harm_slack) for each critical dim."""
         p = 1.0
-        for j in [0, *crit]:
+        for j in [0, *self.run.critical_idx]:
             post = posterior_weights(self.per_dim[j], log_likelihood(GRID[:, None], rounds[:, [j]], self.sigma[[j]]))
             p *= float(post[GRID < 0].sum() if j == 0 else post[GRID <= self.settings.harm_slack].sum())
         return p
+
+
+Book = TruePrior | LearnedPrior
 
 
 def run_posterior(run: SimRun, settings: PosteriorSettings) -> None:
@@ -136,7 +145,7 @@ def run_posterior(run: SimRun, settings: PosteriorSettings) -> None:
     shared = calibrate(run, promo)
     noise = shared.pool.estimate()
     sigma = np.array([noise.sigma.get(d, np.nan) for d in run.world.dims], dtype=float)
-    book = PriorBook(run, settings, sigma)
+    book: Book = (TruePrior if settings.prior == "true" else LearnedPrior)(run, settings, sigma)
     keeps = 0
     for cand in run.candidates:
         if run.left() - settings.certify_audits < 2:
@@ -150,7 +159,7 @@ def run_posterior(run: SimRun, settings: PosteriorSettings) -> None:
         certify_champion(run, promo, shared)
 
 
-def _decide(run: SimRun, settings: PosteriorSettings, book: PriorBook, field: np.ndarray) -> tuple[bool, int]:
+def _decide(run: SimRun, settings: PosteriorSettings, book: Book, field: np.ndarray) -> tuple[bool, int]:
     rows: list[np.ndarray] = []
     while run.left() - settings.certify_audits >= 2:
         rows.append(round_vector(loop_round(run, run.theta + field, run.theta, settings.promotion), run.world.dims))

@@ -328,3 +328,6 @@ def test_first_run_shifts_the_worlds_and_a_bad_posterior_rule_is_refused(capsys,
     assert json.loads((tmp_path / "gates.json").read_text()) != shifted
     with pytest.raises(SystemExit, match="DROP_P < KEEP_P"):
         gates.main([*base, "--methods", "posterior_true", "--posterior-rule", "0.2", "0.5", "8", "0.3"])
+    for rule in (["0.7", "0.1", "8.5", "0.3"], ["0.7", "0.1", "8", "-0.1"]):
+        with pytest.raises(SystemExit, match="whole MAX_ROUNDS"):
+            gates.main([*base, "--methods", "posterior_true", "--posterior-rule", *rule])
