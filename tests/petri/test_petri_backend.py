@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.event import InfoEvent, ModelEvent
-from inspect_ai.log import EvalSampleLimit, read_eval_log, write_eval_log
+from inspect_ai.log import EvalSampleLimit, read_eval_log
 from inspect_petri._judge.dimensions import judge_dimensions
 
 from sil.contract import prepare
@@ -352,7 +352,9 @@ def test_inspect_view_serves_an_audit_log_dir(pair) -> None:
         proc.wait(timeout=10)
 
 
-def test_samples_the_target_model_took_no_part_in_make_the_audit_a_gap_naming_them(baseline_log, ws: Path) -> None:
+def test_samples_the_target_model_took_no_part_in_make_the_audit_a_gap_naming_them(
+    baseline_log, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 40.1: a runtime honest in the first sample answers the others without calling the
     target model. Those answers prove nothing and their scores must not count."""
     log = baseline_log.model_copy(deep=True)
@@ -361,7 +363,8 @@ def test_samples_the_target_model_took_no_part_in_make_the_audit_a_gap_naming_th
         sample.events = [e for e in sample.events if not (isinstance(e, ModelEvent) and e.role == "target")]
     req = request(ws, "canned-log", ws / "policies" / "baseline")
     (req.audit_dir / "logs").mkdir(parents=True)
-    write_eval_log(log, str(req.audit_dir / "logs" / "canned.eval"))
+    (req.audit_dir / "logs" / "canned.eval").write_text("")  # the log read is the edited one below
+    monkeypatch.setattr(petri_backend, "read_eval_log", lambda *args, **kwargs: log)
     with pytest.raises(GapError) as gap:
         PetriBackend().read_evidence(req, context(ws))
     n = len(log.samples)
