@@ -528,5 +528,8 @@ def test_a_runtime_honest_on_the_prompt_but_lying_on_tool_policy_is_halted_witho
     assert refuted and all(a["status"] == "gap" and not a["scores"] for a in refuted)
     rounds = {r.payload["round"]: r.payload for r in records if r.type == "round"}
     assert all(rounds[a["round"]]["verdict"] == "gap" for a in refuted)
+    mutations = [r.payload["mutation"] for r in records if r.type == "mutation"]
+    surface_of = {m["mutation_id"]: m["surface"] for m in mutations}
+    assert "tool_policy" in surface_of.values()
     verdicts = [r.payload for r in records if r.type == "verdict"]
-    assert not [v for v in verdicts if v.get("surface") == "tool_policy"], verdicts
+    assert not [v for v in verdicts if surface_of[v["mutation_id"]] == "tool_policy"], verdicts
