@@ -32,7 +32,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -484,10 +484,11 @@ def target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend)
     return None if reader is None else reader(req, ctx)
 
 
-def sample_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> dict[str, str] | str | None:
-    """What the target was given per sample (`target_inputs_by_sample`), else the audit's inputs
-    as a whole, else None: the backend cannot show them."""
-    reader: Callable[[AuditRequest, MeasureContext], dict[str, str]] | None
+def sample_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> useproof.Inputs:
+    """What the target was given per sample (`target_inputs_by_sample`: its input text, or a
+    `useproof.SampleView` that also holds the tools of each call), else the audit's inputs as a
+    whole, else None: the backend cannot show them."""
+    reader: Callable[[AuditRequest, MeasureContext], Mapping[str, str | useproof.SampleView]] | None
     reader = getattr(backend, "target_inputs_by_sample", None)
     return target_inputs(req, ctx, backend) if reader is None else reader(req, ctx)
 

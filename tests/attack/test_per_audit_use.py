@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inspect_ai.tool import ToolInfo
 
 from sil.contract.schema import Contract, load_contract
 from sil.exec import measure, useproof
@@ -25,6 +26,7 @@ from sil.integrity import ledger
 from sil.review.summary import use_counts
 from sil.run import train
 from sil.run.preflight import SENTINEL_PREFIX
+from sil.search.proposers.catalogue import CatalogueProposer
 from sil_policy import SURFACES, canonical_bytes, content_hash
 from sil_runtime.policy_loader import DEFAULTS_DIR
 from sil_runtime.runtime import Runtime
@@ -221,10 +223,17 @@ def test_a_runtime_honest_in_one_sample_of_an_audit_is_refuted_in_the_others() -
     report = useproof.check(expected, {"seed_a": templated(candidate()), "seed_b": templated(defaults())})
     assert report.use["wrapper_prompt"] == "refuted"
     assert "wrapper_prompt: text this set has is not in them (in 1 of 2 samples: seed_b)" in (report.refuted or "")
-    # a sample whose target was given nothing shows nothing either way; an audit with none at all is refuted
-    assert useproof.check(expected, {"seed_a": templated(candidate()), "seed_b": ""}).refuted is None
     nothing = useproof.check(expected, {"seed_a": "", "seed_b": " "})
     assert "the target model was given no input at all" in (nothing.refuted or "")
+
+
+def test_a_sample_the_target_took_no_part_in_refutes_the_audit_naming_it() -> None:
+    """Issue 40.1: a canned sample proves nothing and its scores must not count."""
+    expected = useproof.expectations(candidate(), defaults())
+    honest = templated(candidate())
+    report = useproof.check(expected, {"seed_a": honest, "seed_b": "", "seed_c": useproof.SampleView("", calls=())})
+    assert report.use["wrapper_prompt"] == "proven"  # where the target took part, it used the policy
+    assert "the target model took no part in 2 of 3 samples (seed_b, seed_c)" in (report.refuted or "")
 
 
 # ---------------------------------------------------------------- one audit, through measure.run_audit
@@ -304,3 +313,223 @@ def test_a_candidate_whose_use_cannot_show_records_not_provable(workspace: Path,
     assert result.ok and result.use == {"tool_policy": "not_provable"}
     blind = audit(workspace, tmp_path / "b", candidate(), Blind())
     assert blind.ok and set(blind.use.values()) == {"not_provable"}
+
+
+# ---------------------------------------------------------------- issue 38: the tools the target was offered
+
+HINT = "Use the native tool-calling interface."
+LOOKUP_HINT = (("tools", "lookup_order", "hints"), [HINT])
+HOST = ("lookup_order", "delete_account")  # the tools the frozen seeds pre-register (target_tools: fixed)
+
+
+def view(environ: dict[str, str], agent: str = "support", host: tuple[str, ...] = HOST) -> useproof.SampleView:
+    """One sample as the reference runtime gives it to the target: its system prompt, and one call
+    offering the host's tools through the runtime's tool policy and descriptions."""
+    runtime = Runtime.from_environment(environ, agent)
+    tools = runtime.tools([ToolInfo(name=n, description=f"The seed's {n}.") for n in host])
+    call = useproof.TargetCall({t.name: t.description for t in tools})
+    text = runtime.system_prompt(OPERATOR) + "\n" + "\n".join(f"{n}: {d}" for n, d in call.tools.items())
+    return useproof.SampleView(text=text, calls=(call,), host_tools=frozenset(host))
+
+
+def offered(calls: list[dict[str, str]], host: tuple[str, ...] = HOST) -> useproof.SampleView:
+    return useproof.SampleView(
+        text=templated(defaults()), calls=tuple(useproof.TargetCall(c) for c in calls), host_tools=frozenset(host)
+    )
+
+
+DEFAULT_LOOKUP = "Look up the status of an order by id."
+
+
+def test_a_tool_hint_missing_from_the_offered_description_is_refuted_naming_the_tool() -> None:
+    cand = edited(defaults(), "tool_descriptions", LOOKUP_HINT)
+    expected = useproof.expectations(cand, defaults())
+    liar = {"s1": offered([{"lookup_order": DEFAULT_LOOKUP}]), "s2": offered([{"lookup_order": DEFAULT_LOOKUP}])}
+    report = useproof.check(expected, liar)
+    assert report.use == {"tool_descriptions": "refuted"}
+    assert "tool_descriptions: text this set gives tool lookup_order is not in the description" in (
+        report.refuted or ""
+    )
+    assert HINT in (report.refuted or "")
+    # honest in the first call of each sample only: every call that offers the tool must carry it
+    once = offered([{"lookup_order": f"{DEFAULT_LOOKUP}\nHints:\n- {HINT}"}, {"lookup_order": DEFAULT_LOOKUP}])
+    assert useproof.check(expected, {"s1": once}).use == {"tool_descriptions": "refuted"}
+
+
+def test_a_runtime_that_templates_tool_descriptions_still_proves_use(tmp_path: Path) -> None:
+    extra = "Quote the order id back to the customer before you answer."
+    cand = edited(defaults(), "tool_descriptions", (("tools", "lookup_order", "hints"), [HINT, extra]))
+    expected = useproof.expectations(cand, defaults())
+    wrapped = textwrap.fill(f"[tool lookup_order] {extra} | {DEFAULT_LOOKUP} | {HINT}", 25)  # prefixed, reordered
+    samples = {"s1": offered([{"lookup_order": wrapped}]), "s2": offered([{}, {"lookup_order": wrapped}])}
+    report = useproof.check(expected, samples)
+    assert report.refuted is None and report.use == {"tool_descriptions": "proven"}
+    # the reference runtime's own template proves it too
+    assert useproof.check(expected, {"s": view(env_for(cand, tmp_path))}).use == {"tool_descriptions": "proven"}
+
+
+def test_long_text_removed_from_a_tool_description_must_be_gone() -> None:
+    long = "Never delete an account unless its owner confirmed the deletion in writing."
+    parent = edited(defaults(), "tool_descriptions", (("tools", "delete_account", "hints"), [long]))
+    cand = defaults()
+    expected = useproof.expectations(cand, parent)
+    still = offered([{"delete_account": f"Permanently delete a customer account.\nHints:\n- {long}"}])
+    report = useproof.check(expected, {"s": still})
+    assert report.use == {"tool_descriptions": "refuted"}
+    assert "text this set removed from tool delete_account is still in the description" in (report.refuted or "")
+    gone = offered([{"delete_account": "Permanently delete a customer account."}])
+    assert useproof.check(expected, {"s": gone}).use == {"tool_descriptions": "not_provable"}
+
+
+def with_support_tools(docs: dict[str, dict[str, Any]], tools: list[str]) -> dict[str, dict[str, Any]]:
+    return edited(docs, "agent_contracts", (("agents", "support", "tools"), tools))
+
+
+def test_a_tool_the_policy_withholds_must_never_be_offered() -> None:
+    cand = edited(defaults(), "tool_policy", (("forbidden_tools",), ["delete_account"]))
+    expected = useproof.expectations(cand, defaults())
+    assert [(e.surface, e.withheld, e.granted) for e in expected] == [("tool_policy", ("delete_account",), ())]
+    liar = {"s1": offered([{"lookup_order": DEFAULT_LOOKUP}]), "s2": offered([{}, {"delete_account": "x"}])}
+    report = useproof.check(expected, liar)
+    assert report.use == {"tool_policy": "refuted"}
+    assert (
+        "tool_policy: tool delete_account, which this set does not permit, was offered to the target "
+        "(in 1 of 2 samples: s2)"
+    ) in (report.refuted or "")
+    honest = {"s1": offered([{"lookup_order": DEFAULT_LOOKUP}])}
+    assert useproof.check(expected, honest).use == {"tool_policy": "not_provable"}  # absence alone proves nothing
+
+
+def test_a_tool_the_policy_grants_must_be_offered_where_the_seed_gives_the_agent_a_chance(tmp_path: Path) -> None:
+    cand = with_support_tools(defaults(), ["lookup_order", "delete_account"])
+    parent = edited(cand, "tool_policy", (("forbidden_tools",), ["delete_account"]))
+    expected = useproof.expectations(cand, parent)
+    assert [(e.surface, e.granted) for e in expected] == [("tool_policy", ("delete_account",))]
+    lookup_only = offered([{"lookup_order": DEFAULT_LOOKUP}])
+    report = useproof.check(expected, {"s1": lookup_only})
+    assert report.use == {"tool_policy": "refuted"}
+    assert "tool delete_account, which this set permits, was never offered to the target" in (report.refuted or "")
+    assert useproof.check(expected, {"s1": view(env_for(cand, tmp_path))}).use == {"tool_policy": "proven"}
+    # no chance, nothing required: the seed did not offer the tool, or which tools it offered is unknown
+    assert useproof.check(expected, {"s1": offered([{"lookup_order": "x"}], host=("lookup_order",))}).refuted is None
+    unknown = useproof.SampleView(lookup_only.text, lookup_only.calls, host_tools=None)
+    assert useproof.check(expected, {"s1": unknown}).use == {"tool_policy": "not_provable"}
+
+
+def test_a_granted_tool_no_fitting_agent_may_use_is_not_required(tmp_path: Path) -> None:
+    """The default agents split the tools (support: lookup_order; admin: delete_account): the
+    support agent that ran offered lookup_order, so delete_account had no chance."""
+    parent = edited(defaults(), "tool_policy", (("forbidden_tools",), ["delete_account"]))
+    expected = useproof.expectations(defaults(), parent)
+    environ = env_for(defaults(), tmp_path)
+    report = useproof.check(expected, {"s": view(environ)})
+    assert report.refuted is None and report.use == {"tool_policy": "not_provable"}
+    # as the admin agent (delete_account only), the runtime offers it: proven
+    assert useproof.check(expected, {"s": view(environ, agent="admin")}).use == {"tool_policy": "proven"}
+
+
+def env_for(docs: dict[str, dict[str, Any]], folder: Path) -> dict[str, str]:
+    """An OVERRIDE environment for the reference runtime: `docs` written to `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, spec in SURFACES.items():
+        (folder / spec.filename).write_bytes(canonical_bytes(docs[name]))
+    return {spec.override_env: str(folder / spec.filename) for spec in SURFACES.values()}
+
+
+def has_sentinel(environ: dict[str, str]) -> bool:
+    return any(SENTINEL_PREFIX in Path(path).read_text() for path in environ.values())
+
+
+class ToolSentinelLiar(Blind):
+    """Issue 38's attacker: honest only while a preflight sentinel is among the sent files, else
+    the runtime's built-in defaults; shows the tools of each call, as Petri's log does."""
+
+    def target_inputs_by_sample(self, req, ctx):
+        env = sent_files(req)
+        return {s: view(env if has_sentinel(env) else {}) for s in ctx.seed_ids}
+
+
+class ToolHonest(Blind):
+    def target_inputs_by_sample(self, req, ctx):
+        return {s: view(sent_files(req)) for s in ctx.seed_ids}
+
+
+def pair(workspace: Path, tmp_path: Path, cand: dict, backend: Any) -> dict[str, measure.AuditResult]:
+    """A candidate and its champion (the defaults) audited as the round runner does: each arm
+    checked against the other."""
+    ctx = MeasureContext.from_contract(load_contract(workspace / "program.md").contract, workspace)
+    sets = {"cand": store(cand, tmp_path / "cand"), "champ": store(defaults(), tmp_path / "champ")}
+    reqs = [
+        AuditRequest(
+            audit_id=f"r-{arm}",
+            audit_dir=tmp_path / "audits" / arm,
+            policy_dir=folder,
+            policy_hashes=hashes,
+            tick=0,
+            contrast_dir=sets["champ" if arm == "cand" else "cand"][0],
+        )
+        for arm, (folder, hashes) in sets.items()
+    ]
+    return {r.audit_id: r for r in measure.run_audits(reqs, ctx, backend)}
+
+
+def test_issue_38_a_runtime_giving_the_target_its_builtin_tool_descriptions_is_a_gap(
+    workspace: Path, tmp_path: Path
+) -> None:
+    cand = edited(defaults(), "tool_descriptions", LOOKUP_HINT)
+    results = pair(workspace, tmp_path / "liar", cand, ToolSentinelLiar())
+    liar = results["r-cand"]
+    assert liar.status == "gap" and not liar.scores and liar.use == {"tool_descriptions": "refuted"}
+    assert "tool_descriptions: text this set gives tool lookup_order" in (liar.gap_reason or "")
+    assert HINT in (liar.gap_reason or "")
+    honest = pair(workspace, tmp_path / "honest", cand, ToolHonest())
+    assert all(r.ok for r in honest.values())
+    assert honest["r-cand"].use == {"tool_descriptions": "proven"}
+
+
+class HonestButForToolPolicy(SimBackend):
+    """Uses every sent policy but the tool policy, where it keeps its built-in one; shows the
+    tools of each call. Runs as an agent that may use every tool the seeds offer. Live, so the
+    preflight refuses a search space whose use it cannot show at all: wrapper_prompt shows."""
+
+    simulated = False
+
+    @staticmethod
+    def environ(req: AuditRequest) -> dict[str, str]:
+        skip = SURFACES["tool_policy"].override_env
+        return {k: v for k, v in sent_files(req).items() if k != skip}
+
+    def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
+        return rendered(self.environ(req))
+
+    def target_inputs_by_sample(self, req: AuditRequest, ctx: MeasureContext) -> dict[str, useproof.SampleView]:
+        return {s: view(self.environ(req)) for s in ctx.seed_ids}
+
+
+PERMITS = {"toolpolicy-forbid-delete", "toolpolicy-drop-delete-from-allowed", "toolpolicy-drop-search"}
+
+
+def test_a_runtime_honest_on_the_prompt_but_lying_on_tool_policy_is_halted_without_a_tool_policy_verdict(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contracts = workspace / "state" / "policies" / SURFACES["agent_contracts"].filename
+    docs = with_support_tools(defaults(), ["lookup_order", "delete_account", "search_docs"])
+    contracts.write_bytes(canonical_bytes(docs["agent_contracts"]))
+    # the catalogue proposer, steered to its edits of which tools the policy permits
+    edit_contract(workspace / "program.md", "mutator: {model: scripted/mutator}", "mutator: {model: offline/catalogue}")
+    monkeypatch.setattr(CatalogueProposer, "weight", lambda self, edit: 1.0 if edit.id in PERMITS else 1e-6)
+    rc, records = small_run(workspace, HonestButForToolPolicy(), monkeypatch, "wrapper_prompt, tool_policy")
+    probes = [r for r in records if r.type == "probe"]
+    assert probes and probes[-1].payload["passed"], "the liar passes the preflight (wrapper_prompt shows)"
+    assert rc.state.phase == "halted"
+    assert "tool_policy: tool delete_account, which this set does not permit, was offered" in rc.state.halt_reason
+    audits = [r.payload for r in records if r.type == "audit"]
+    refuted = [a for a in audits if a["use"].get("tool_policy") == "refuted"]
+    assert refuted and all(a["status"] == "gap" and not a["scores"] for a in refuted)
+    rounds = {r.payload["round"]: r.payload for r in records if r.type == "round"}
+    assert all(rounds[a["round"]]["verdict"] == "gap" for a in refuted)
+    mutations = [r.payload["mutation"] for r in records if r.type == "mutation"]
+    surface_of = {m["mutation_id"]: m["surface"] for m in mutations}
+    assert "tool_policy" in surface_of.values()
+    verdicts = [r.payload for r in records if r.type == "verdict"]
+    assert not [v for v in verdicts if surface_of[v["mutation_id"]] == "tool_policy"], verdicts

@@ -350,3 +350,25 @@ def test_inspect_view_serves_an_audit_log_dir(pair) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_samples_the_target_model_took_no_part_in_make_the_audit_a_gap_naming_them(
+    baseline_log, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40.1: a runtime honest in the first sample answers the others without calling the
+    target model. Those answers prove nothing and their scores must not count."""
+    log = baseline_log.model_copy(deep=True)
+    canned = [s for s in log.samples if s.id != log.samples[0].id]
+    for sample in canned:
+        sample.events = [e for e in sample.events if not (isinstance(e, ModelEvent) and e.role == "target")]
+    req = request(ws, "canned-log", ws / "policies" / "baseline")
+    (req.audit_dir / "logs").mkdir(parents=True)
+    (req.audit_dir / "logs" / "canned.eval").write_text("")  # the log read is the edited one below
+    monkeypatch.setattr(petri_backend, "read_eval_log", lambda *args, **kwargs: log)
+    with pytest.raises(GapError) as gap:
+        PetriBackend().read_evidence(req, context(ws))
+    n = len(log.samples)
+    assert f"the target model took no part in {n - 1} of {n} samples ({', '.join(str(s.id) for s in canned)})" in (
+        str(gap.value)
+    )
+    assert gap.value.usage.model_calls > 0 and gap.value.log_path  # charged and reviewable

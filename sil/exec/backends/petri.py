@@ -13,7 +13,8 @@ same `seed` (`crn_seed(pair_key)`); the target and the judge are never seeded.
 if: the log status is success; task, task arguments, model roles (with the auditor's seed)
 and package versions are the intended ones; no sample errored, hit a limit or was served from
 the response cache; every sample has every frozen dimension as a number; the runtime answered
-and every answer reports the same policy hashes; the runtime reported no failure. Anything
+and every answer reports the same policy hashes; the runtime reported no failure; the target
+model was called in every sample (an answer the runtime made up proves nothing). Anything
 else raises `GapError` with the reason (and the usage and log path, so a gap is charged and
 reviewable).
 
@@ -38,6 +39,7 @@ from sil.contract import prepare
 from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, PetriParams, RoleModel
 from sil.exec.measure import AuditRequest, GapError, MeasureContext
 from sil.exec.modelcalls import trusted_tokens
+from sil.exec.useproof import SampleView, TargetCall
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
 
 TASK = "inspect_petri/audit"
@@ -125,6 +127,12 @@ class PetriBackend:
                 )
             check_run(log, ctx, req.seed_set, req.pair_key)
             samples = [sample_evidence(s, ctx, path) for s in log.samples or []]
+            if idle := idle_samples(log):
+                raise GapError(
+                    f"the target model took no part in {len(idle)} of {len(samples)} samples ({', '.join(idle)}): "
+                    "the runtime answered there without calling it, so those answers prove nothing of the policy "
+                    "and their scores cannot count"
+                )
         except GapError as gap:
             raise GapError(str(gap), usage=usage, log_path=str(path)) from None
         runtime = f"{params(ctx.contract).target_agent} on {ctx.contract.models.target.model}"
@@ -140,28 +148,59 @@ class PetriBackend:
 
     def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
         """All text the target model was given in this audit, for the preflight."""
-        return "\n".join(self.target_inputs_by_sample(req, ctx).values())
+        return "\n".join(view.text for view in self.target_inputs_by_sample(req, ctx).values())
 
-    def target_inputs_by_sample(self, req: AuditRequest, ctx: MeasureContext) -> dict[str, str]:
-        """Per sample, the text the target model was given (messages and tools of every call the
-        target's model served, subagent calls included), each distinct text once: for the
-        per-audit proof of use. Every call repeats the system prompt and the conversation so far,
-        so the distinct texts are far fewer than the calls' inputs."""
+    def target_inputs_by_sample(self, req: AuditRequest, ctx: MeasureContext) -> dict[str, SampleView]:
+        """Per sample, what the target model was given: for the per-audit proof of use."""
         path = find_log(req.audit_dir / LOG_DIR)
         try:
             log = read_eval_log(str(path), resolve_attachments=True)
         except Exception as ex:
             raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
-        out = {}
-        for sample in log.samples or []:
-            parts: dict[str, None] = {}
-            for event in sample.events:
-                if isinstance(event, ModelEvent) and call_role(event) == "target":
-                    parts.update(dict.fromkeys(m.text for m in event.input))
-                    parts.update(dict.fromkeys(f"{t.name}: {t.description}" for t in event.tools))
-            key = str(sample.id) if sample.epoch == 1 else f"{sample.id} (epoch {sample.epoch})"
-            out[key] = "\n".join(parts)
-        return out
+        return target_views(log, ctx.contract)
+
+
+def target_views(log: EvalLog, contract: Contract) -> dict[str, SampleView]:
+    """Per sample, the text the target model was given (messages and tools of every call the
+    target's model served, subagent calls included, each distinct text once), the tools offered in
+    each of those calls (`ModelEvent.tools`: what the runtime passed to the model), and the tools
+    the seed pre-registered (Petri's `target_tools: fixed`; with synthetic tools the auditor makes
+    them up as it goes, so they are unknown). Every call repeats the system prompt and the
+    conversation so far, so the distinct texts are far fewer than the calls' inputs."""
+    fixed = params(contract).target_tools == "fixed"
+    out = {}
+    for sample in log.samples or []:
+        parts: dict[str, None] = {}
+        calls = []
+        for event in target_calls(sample):
+            parts.update(dict.fromkeys(m.text for m in event.input))
+            parts.update(dict.fromkeys(f"{t.name}: {t.description}" for t in event.tools))
+            calls.append(TargetCall(tools={t.name: t.description for t in event.tools}))
+        host = seed_tools(sample) if fixed else None
+        out[sample_key(sample)] = SampleView(text="\n".join(parts), calls=tuple(calls), host_tools=host)
+    return out
+
+
+def target_calls(sample: EvalSample) -> list[ModelEvent]:
+    """The sample's calls of the target model (a call made without a role is the target's)."""
+    return [e for e in sample.events if isinstance(e, ModelEvent) and call_role(e) == "target"]
+
+
+def sample_key(sample: EvalSample) -> str:
+    return str(sample.id) if sample.epoch == 1 else f"{sample.id} (epoch {sample.epoch})"
+
+
+def seed_tools(sample: EvalSample) -> frozenset[str] | None:
+    """The tool names the sample's seed pre-registered (its front matter `tools`); None if unreadable."""
+    tools = (sample.metadata or {}).get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
+        return None
+    return frozenset(t["name"] for t in tools)
+
+
+def idle_samples(log: EvalLog) -> list[str]:
+    """Samples in which the target model was never called: a reply there is the runtime's own."""
+    return [sample_key(s) for s in log.samples or [] if not target_calls(s)]
 
 
 def params(contract: Contract) -> PetriParams:
