@@ -12,6 +12,7 @@ sil compare RUN_A RUN_B | sil export RUN --format csv|parquet|json
 sil ledger verify [RUN]       # check the hash chain, checkpoints, declared trust, witness
 sil ledger head [RUN]         # print the latest checkpointed head to pin elsewhere
 sil ledger show [RUN] [--json]
+sil project adopt [--new]     # a project that lost refs/sil/project: its runs' id again, recorded
 sil replicate RUN MUTATION_ID --k 8
 sil promote RUN --arm gate    # copy an arm's champion into state/policies (explicit)
 sil contract revise DRAFT --reason WHY   # a new contract whose parent is the current one
@@ -444,6 +445,34 @@ def promote(
 
     root = Path.cwd()
     raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err, force))
+
+
+project_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+app.add_typer(project_app, name="project", help="The project's id (refs/sil/project), which every run names.")
+
+
+@project_app.command("adopt")
+def project_adopt(
+    new: Annotated[
+        bool, typer.Option("--new", help="Make a new id: the runs under the old one then fail verification here.")
+    ] = False,
+) -> None:
+    """Give a project that lost refs/sil/project its id again, recorded in the ref: the id its runs name, once they verify."""
+    from sil.integrity.adoption import AdoptionRefused, adopt_project
+    from sil.integrity.checkpoint import CheckpointError
+    from sil.integrity.witness import WitnessError, witness_from_env
+
+    root = Path.cwd()
+    try:
+        adoption = adopt_project(root, new=new, witness=witness_from_env(root))
+    except (AdoptionRefused, CheckpointError, WitnessError) as ex:
+        _fail(str(ex))
+    if adoption.how == "restored":
+        out.print(f"restored project id {adoption.project} (runs verified: {', '.join(adoption.runs)})")
+    else:
+        left = f"; runs under the old id no longer verify here: {', '.join(adoption.runs)}" if adoption.runs else ""
+        out.print(f"made a new project id {adoption.project}{left}")
+    out.print(f"recorded in refs/sil/project (commit {adoption.commit[:12]})")
 
 
 contract_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)

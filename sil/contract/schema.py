@@ -78,6 +78,9 @@ class RoleModel(_Strict):
     base_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=500)] | None = None
     base_url_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None  # per model call
+    # the most tokens one call of this role can read (its model's context window): a sample's
+    # token limit is checked after each call, so a Petri run's cost bound adds the call that crosses it
+    context_tokens: Annotated[int, Field(ge=1_000, le=50_000_000)] | None = None
     model_args: dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,63}$")], ModelArg] = {}
     # per model call: seconds before it is abandoned, and how often the provider retries it
     timeout_s: Annotated[float, Field(gt=0, le=7200)] | None = None
@@ -103,6 +106,17 @@ class RoleModel(_Strict):
                 "and credential_env for the key"
             )
         return self
+
+    @property
+    def paid(self) -> bool:
+        return self.price is not None and max(self.price.input_per_mtok, self.price.output_per_mtok) > 0
+
+    def largest_call_tokens(self) -> int | None:
+        """The most tokens one call can spend: its whole context read, plus its longest answer
+        (`max_tokens`, else the context again). None when `context_tokens` is not given."""
+        if self.context_tokens is None:
+            return None
+        return self.context_tokens + (self.max_tokens or self.context_tokens)
 
     def generate_limits(self) -> dict[str, Any]:
         """The role's per-call bounds as inspect-ai GenerateConfig fields: answer length, timeout, retries."""
@@ -134,7 +148,15 @@ class RoleModel(_Strict):
         return data
 
 
-ROLE_FIELDS_SINCE_V2 = ("base_url", "base_url_env", "max_tokens", "model_args", "timeout_s", "max_retries")
+ROLE_FIELDS_SINCE_V2 = (
+    "base_url",
+    "base_url_env",
+    "max_tokens",
+    "model_args",
+    "timeout_s",
+    "max_retries",
+    "context_tokens",
+)
 
 
 def is_loopback_url(url: str) -> bool:
@@ -453,6 +475,7 @@ class Contract(_Strict):
                     "must be sim/<role> (use backend 'petri' for real models)"
                 )
         self._local_means_loopback()
+        self._petri_calls_bounded()
         if self.backend != "sim":
             unpriced = [
                 r
@@ -492,6 +515,23 @@ class Contract(_Strict):
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self
+
+    def _petri_calls_bounded(self) -> None:
+        """A paid role of a Petri run names the most tokens one of its calls can read.
+
+        Petri's sample token limit is checked after each call, so the call that crosses it is
+        paid in full: without the size of one call the run's worst case, and so its USD budget,
+        has no bound (a target reading 250k tokens against a 200k limit overran max_usd)."""
+        if self.backend != "petri":
+            return
+        unbounded = [r for r in ("auditor", "target", "judge") if getattr(self.models, r).paid]
+        unbounded = [r for r in unbounded if getattr(self.models, r).context_tokens is None]
+        if unbounded:
+            raise ValueError(
+                f"models {unbounded} are paid but have no context_tokens: give each the most tokens one "
+                "of its calls can read (its model's context window), so the budget can be enforced; "
+                "the call that crosses petri.sample_token_limit is paid in full"
+            )
 
     def _free_role(self, role: str) -> bool:
         """A role served on this machine under `local: true` (a literal loopback base_url) at no price."""

@@ -19,7 +19,6 @@ report says that anyone able to rewrite git refs could replace them.
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,12 +26,13 @@ from pydantic import BaseModel, ConfigDict
 
 from sil.base.sshsig import SignatureError, Signer, sign, verify
 from sil.integrity.gitrefs import BARE_REPO as BARE_REPO
-from sil.integrity.gitrefs import META_FILE, NAMESPACE, NOTE_FILE, PROJECT_FILE, SIG_FILE, Git, checkpoint_ref_of
+from sil.integrity.gitrefs import META_FILE, NAMESPACE, NOTE_FILE, SIG_FILE, Git, checkpoint_ref_of
 from sil.integrity.gitrefs import PROJECT_REF as PROJECT_REF
 from sil.integrity.gitrefs import REF_PREFIX as REF_PREFIX
 from sil.integrity.gitrefs import CheckpointError as CheckpointError
 from sil.integrity.gitrefs import anchor_repo as anchor_repo
 from sil.integrity.ledger import GENESIS, Record, VerifyReport, check_run_id, read_snapshot, verify_bytes
+from sil.integrity.projectid import project_id as project_id
 from sil.integrity.witness import Witness, WitnessEntry, WitnessError
 
 ALLOWED_SIGNERS_DEFAULT = Path("state") / "allowed_signers"
@@ -61,31 +61,6 @@ class Checkpoint(BaseModel):
 
     def note(self) -> bytes:
         return f"{NAMESPACE}/{self.run_id}\n{self.records}\n{self.size}\n{self.head_hash}\n".encode()
-
-
-def project_id(root: Path, *, create: bool = True) -> str | None:
-    """The project's id, bound into every run's first record so a genuine ledger copied from
-    another project does not verify here: a random id kept at refs/sil/project of the
-    checkpoint repo, made on first use. It travels with refs/sil/* as the checkpoints do.
-    None when the project has none and `create` is False."""
-    repo = anchor_repo(root, create=create)
-    if repo is None:
-        return None
-    git = GitPlumbing(repo)
-    for _ in range(2):  # a concurrent first run may create it between our read and our write
-        commit = git.resolve(PROJECT_REF)
-        if commit is not None:
-            return git.out("cat-file", "blob", f"{commit}:{PROJECT_FILE}")
-        if not create:
-            return None
-        pid = uuid.uuid4().hex
-        made = git.commit(git.tree({PROJECT_FILE: pid.encode()}), f"sil project {pid}", [])
-        try:
-            git.update_ref(PROJECT_REF, made, None)
-            return pid
-        except CheckpointError:
-            continue
-    raise CheckpointError(f"could not read or create {PROJECT_REF} in {repo}")
 
 
 def checkpoint_ref(run_id: str) -> str:

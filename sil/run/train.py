@@ -50,6 +50,7 @@ from sil.exec.measure import MeasureContext
 from sil.exec.startchecks import run_refusals
 from sil.integrity.checkpoint import CheckpointError, anchor_repo, project_id, start_conflict, write_checkpoint
 from sil.integrity.ledger import Ledger, LedgerError, read_records
+from sil.integrity.projectid import ProjectIdLost
 from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
 from sil.integrity.witness import Witness, WitnessError, witness_from_env
 from sil.policies.store import HandEditedPolicy, PolicyStore
@@ -199,6 +200,7 @@ def halt(rc: RunContext, reason: str) -> None:
 def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> RunContext:
     """The run context for a new or stored run (Refused if it cannot be resumed as asked)."""
     contract = loaded.contract
+    project = run_project(cfg.repo_root)
     measure_ctx = MeasureContext.from_contract(contract, cfg.repo_root)
     backend = make_backend(contract.backend)
     if contract.backend == "petri":
@@ -241,12 +243,21 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         backend=backend,
         measure=measure_ctx,
     )
-    rc.book.once(Keys.RUN, run_record(rc, cfg.trust, project_id(cfg.repo_root) or ""))
+    rc.book.once(Keys.RUN, run_record(rc, cfg.trust, project))
     declared = rc.book.get("contract", Keys.RUN, RunRecord)
     if declared is not None and (why := declared.trust.mismatch(cfg.trust)):
         raise Refused(f"run {cfg.run_dir.name}: {why}")
     write_contract_snapshot(cfg.run_dir, contract)
     return rc
+
+
+def run_project(root: Path) -> str:
+    """The project id this run names; refused, before anything is written, when the id is lost
+    while earlier runs name one (a clone made without refs/sil/*, a deleted ref)."""
+    try:
+        return project_id(root) or ""
+    except ProjectIdLost as ex:
+        raise Refused(str(ex)) from None
 
 
 def run_record(rc: RunContext, trust: Trust, project: str) -> RunRecord:

@@ -230,7 +230,11 @@ def test_negative_token_usage_in_an_audit_is_a_gap_charged_its_worst_case(tmp_pa
     from sil.exec.backends.petri import usage_of, worst_case_cost
 
     models = petri_contract().models.model_dump()
-    models["target"] = {**models["target"], "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}
+    models["target"] = {
+        **models["target"],
+        "price": {"input_per_mtok": 1.0, "output_per_mtok": 1.0},
+        "context_tokens": 200_000,
+    }
     contract = petri_contract(models=models)
     hostile = ModelUsage(input_tokens=-5_000_000, output_tokens=10)
     log = SimpleNamespace(stats=EvalStats(model_usage={"scripted/target": hostile}), samples=[])

@@ -71,7 +71,7 @@ def test_petri_dry_run_prices_the_run_without_calls(workspace, in_dir, monkeypat
         contract,
         "target: {model: scripted/target}",
         "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
-        "price: {input_per_mtok: 3, output_per_mtok: 15}}",
+        "price: {input_per_mtok: 3, output_per_mtok: 15}, context_tokens: 200000}",
     )
     result = invoke("run", "--contract", "petri.md", "--dry-run")
     assert result.exit_code == 0, result.output
@@ -88,7 +88,7 @@ def test_real_models_without_approval_are_refused_before_any_audit(workspace, in
         contract,
         "target: {model: scripted/target}",
         "target: {model: anthropic/claude-x, credential_env: ANTHROPIC_API_KEY, "
-        "price: {input_per_mtok: 3, output_per_mtok: 15}}",
+        "price: {input_per_mtok: 3, output_per_mtok: 15}, context_tokens: 200000}",
     )
     result = invoke("run", "--contract", "petri.md")
     assert result.exit_code == 2

@@ -39,6 +39,7 @@ def real_contract() -> Contract:
         "credential_env": "ANTHROPIC_API_KEY",
         "temperature": 0.0,
         "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
+        "context_tokens": 200_000,
     }
     data["models"] = {
         r: {"model": f"anthropic/claude-{r}-20261001", **role} for r in ("auditor", "target", "judge", "mutator")

@@ -72,7 +72,9 @@ def test_invalid_local_contracts_name_the_problem(old: str, new: str, fragment: 
 
 
 def test_a_priced_local_role_still_needs_an_approval() -> None:
-    priced = LOCAL.replace("max_retries: 1", "max_retries: 1\n    price: {input_per_mtok: 1, output_per_mtok: 1}")
+    priced = LOCAL.replace(
+        "max_retries: 1", "max_retries: 1\n    price: {input_per_mtok: 1, output_per_mtok: 1}\n    context_tokens: 8192"
+    )
     assert not contract(priced).approval_free
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sil.integrity import ledger
+from sil.integrity.adoption import adopt_project
 from sil.integrity.checkpoint import PROJECT_REF, checkpoint_ref, project_id, write_checkpoint
 from sil.integrity.quickcheck import quick_check
 from sil.integrity.records import RunRecord
@@ -102,7 +103,7 @@ def _refs_deleted(path: Path, root: Path) -> None:
 
 def _another_projects_id(path: Path, root: Path) -> None:
     _git(root, "update-ref", "-d", PROJECT_REF)
-    project_id(root)  # a new, different id
+    adopt_project(root, new=True)  # a new, different id (made only on request while runs name the old one)
 
 
 def _project_ref_missing(path: Path, root: Path) -> None:

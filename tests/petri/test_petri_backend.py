@@ -115,15 +115,26 @@ def test_worst_case_cost_from_prices_and_token_limits(tmp_path: Path) -> None:
     models = free.models.model_copy(
         update={
             "auditor": free.models.auditor.model_copy(
-                update={"model": "anthropic/a", "price": Price(input_per_mtok=3, output_per_mtok=15)}
+                update={
+                    "model": "anthropic/a",
+                    "price": Price(input_per_mtok=3, output_per_mtok=15),
+                    "context_tokens": 200_000,
+                    "max_tokens": 4_000,
+                }
             ),
             "judge": free.models.judge.model_copy(
-                update={"model": "anthropic/j", "price": Price(input_per_mtok=5, output_per_mtok=25)}
+                update={
+                    "model": "anthropic/j",
+                    "price": Price(input_per_mtok=5, output_per_mtok=25),
+                    "context_tokens": 1_000_000,
+                }
             ),
         }
     )
     paid = free.model_copy(update={"models": models, "petri": PetriParams(sample_token_limit=100_000)})
-    per_sample = 100_000 * 15 / 1e6 + 3 * (100_000 + petri_backend.JUDGE_PROMPT_TOKENS) * 25 / 1e6
+    # the limit, plus the call that crosses it (the auditor's whole context and longest answer);
+    # the judge reads the offline target's transcript, whose size is not given: its own largest call
+    per_sample = (100_000 + 204_000) * 15 / 1e6 + 3 * 2_000_000 * 25 / 1e6
     assert worst_case_cost(paid, n_seeds=10, audits=4) == pytest.approx(4 * 10 * per_sample)
     assert worst_case_cost(paid) == pytest.approx((paid.budget.max_audits + 1) * 10 * per_sample)
 

@@ -40,7 +40,7 @@ def test_invalid_petri_contracts_name_the_problem(old: str, new: str, fragment: 
 def test_a_priced_paid_model_is_accepted_and_not_offline() -> None:
     text = TEXT.replace(
         "target: {model: scripted/target}",
-        "target: {model: anthropic/claude-x, price: {input_per_mtok: 3, output_per_mtok: 15}}",
+        "target: {model: anthropic/claude-x, price: {input_per_mtok: 3, output_per_mtok: 15}, context_tokens: 200000}",
     )
     c = parse_contract(text).contract
     assert not c.offline and c.models.target.price.output_per_mtok == 15

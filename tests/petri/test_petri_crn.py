@@ -200,7 +200,7 @@ def test_check_warns_where_crn_cannot_act(tmp_path: Path) -> None:
     ]:
         paid = with_crn(PETRI_OFFLINE, "common_random_numbers: true").replace(
             "auditor: {model: scripted/auditor}",
-            f"auditor: {{model: {model}, price: {{input_per_mtok: 1, output_per_mtok: 1}}}}",
+            f"auditor: {{model: {model}, price: {{input_per_mtok: 1, output_per_mtok: 1}}, context_tokens: 200000}}",
         )
         item = _crn_item(paid, tmp_path)
         assert item.startswith("warn: ") and says in item, item

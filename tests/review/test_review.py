@@ -74,7 +74,7 @@ def test_check_names_missing_sdk_credential_and_approval_of_a_real_contract(work
         workspace / "real.md",
         "target: {model: scripted/target}",
         "target: {model: anthropic/claude-x, credential_env: SIL_TEST_UNSET_KEY, "
-        "price: {input_per_mtok: 3, output_per_mtok: 15}}",
+        "price: {input_per_mtok: 3, output_per_mtok: 15}, context_tokens: 200000}",
     )
     monkeypatch.delenv("SIL_TEST_UNSET_KEY", raising=False)
     monkeypatch.delenv("SIL_ALLOWED_SIGNERS", raising=False)

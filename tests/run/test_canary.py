@@ -54,7 +54,7 @@ def test_the_scripted_judge_gives_the_stored_references() -> None:
     assert mean_shift(items, result.scores, dims) == dict.fromkeys(dims, 0.0) and result.usd == 0
 
 
-PAID = {"model": "anthropic/claude-j", "price": {"input_per_mtok": 3, "output_per_mtok": 15}}
+PAID = {"model": "anthropic/claude-j", "price": {"input_per_mtok": 3, "output_per_mtok": 15}, "context_tokens": 200_000}
 
 
 def test_a_paid_judge_canary_is_allowed_and_its_final_check_held_back() -> None:

@@ -95,7 +95,7 @@ def test_the_target_must_call_the_contracts_model() -> None:
 def test_usage_is_charged_per_model_including_role_less_calls() -> None:
     models = petri_contract().models.model_dump()
     price = {"input_per_mtok": 1e6, "output_per_mtok": 1e6}  # $1 a token
-    models["target"] = {**models["target"], "price": price}
+    models["target"] = {**models["target"], "price": price, "context_tokens": 200_000}
     contract = petri_contract(models=models)
     # role usage misses the role-less target calls; model usage has them
     log = SimpleNamespace(
@@ -114,7 +114,11 @@ def test_usage_is_charged_per_model_including_role_less_calls() -> None:
 
 def test_a_model_no_role_runs_is_unpriced_and_charged_at_the_dearest_price() -> None:
     models = petri_contract().models.model_dump()
-    models["judge"] = {**models["judge"], "price": {"input_per_mtok": 2e6, "output_per_mtok": 3e6}}
+    models["judge"] = {
+        **models["judge"],
+        "price": {"input_per_mtok": 2e6, "output_per_mtok": 3e6},
+        "context_tokens": 200_000,
+    }
     log = SimpleNamespace(
         stats=EvalStats(model_usage={"someone/else": ModelUsage(input_tokens=1, output_tokens=1)}), samples=[]
     )

@@ -47,6 +47,10 @@ SCORER = "audit_judge"
 LOG_DIR = "logs"
 TASK_ARGS_FILE = "task_args.json"
 ROLES = ("auditor", "target", "judge")
+SOLVER_ROLES = (
+    "auditor",
+    "target",
+)  # their calls count toward the sample's token limit (realism runs on the auditor's)
 # The measurement depends on these exact releases (seeds, rubric rendering, judge schema).
 PINNED = {"inspect_ai": "0.3.285", "inspect_petri": "3.1.1", "inspect_scout": "0.6.1"}
 RUNTIME_ERROR_KEY = "runtime_error"
@@ -451,7 +455,8 @@ def usage_of(log: EvalLog, contract: Contract) -> tuple[Usage, list[str]]:
             usd += worst_case_cost(contract, n_seeds=max(1, len(log.samples or [])), audits=1)
             continue
         if tokens is None:  # a re-judging call that reported no usage: its worst case, at its dearer price
-            n_in, n_out = params(contract).sample_token_limit + JUDGE_PROMPT_TOKENS, 0
+            limit = params(contract).sample_token_limit
+            n_in, n_out = judge_call_tokens(contract) or limit + JUDGE_PROMPT_TOKENS, 0
             judge = max(_price(contract, "judge"))
             price: tuple[float, float] | None = (judge, judge)
         else:
@@ -497,27 +502,59 @@ def _price(contract: Contract, role: str) -> tuple[float, float]:
 
 
 def worst_case_cost(contract: Contract, n_seeds: int | None = None, audits: int | None = None) -> float:
-    """Upper bound in USD of a run's audits, for the dry run and the approval.
+    """Upper bound in USD of a run's audits, for the dry run, the approval and every admission.
 
     Defaults: the larger of the frozen search and held-out seed counts, and `budget.max_audits` plus the wiring
     preflight's audit, each audit on every seed. Assumptions: every sample spends its whole
     token limit (auditor, target and realism calls all count toward it), all priced at the
-    dearer of input/output price of the dearer of auditor and target; the judge makes
-    JUDGE_ATTEMPTS calls per sample and judge resample, each reading at most the token limit
-    plus JUDGE_PROMPT_TOKENS, at its own dearer price. Offline models cost 0. The mutator's
-    calls are not included.
+    dearer of input/output price of the dearer of auditor and target, plus one more call:
+    inspect checks the limit only after a call, so the call that crosses it is paid in full
+    (`crossing_call_usd`). The judge makes JUDGE_ATTEMPTS calls per sample and judge resample,
+    each reading at most `judge_call_tokens`, at its own dearer price. Offline models cost 0.
+    The mutator's calls are not included. Calls a target makes concurrently within one sample
+    each pass the limit's check before any of them is counted: that overrun is not bounded.
     """
     if n_seeds is None:
         root = REPO_ROOT / contract.measurement.seed_library
         n_seeds = max(len(prepare.load_seeds(root)), len(prepare.load_heldout(root)))
     audits = contract.budget.max_audits + PREFLIGHT_AUDITS if audits is None else audits
     limit = params(contract).sample_token_limit
-
-    def dearest(*roles: str) -> float:
-        return max(max(_price(contract, r)) for r in roles) / 1e6
-
-    per_sample = limit * dearest("auditor", "target")
-    per_sample += (
-        contract.measurement.judge_resamples * JUDGE_ATTEMPTS * (limit + JUDGE_PROMPT_TOKENS) * dearest("judge")
-    )
+    per_sample = limit * _dearest(contract, "auditor", "target") + crossing_call_usd(contract)
+    if contract.models.judge.paid:
+        if (judge_tokens := judge_call_tokens(contract)) is None:
+            raise ValueError("models.judge is paid but has no context_tokens: its calls have no bound")
+        per_sample += contract.measurement.judge_resamples * JUDGE_ATTEMPTS * judge_tokens * _dearest(contract, "judge")
     return audits * n_seeds * per_sample
+
+
+def _dearest(contract: Contract, *roles: str) -> float:
+    """The dearer of input and output price of the dearest of `roles`, in USD per token."""
+    return max(max(_price(contract, r)) for r in roles) / 1e6
+
+
+def crossing_call_usd(contract: Contract) -> float:
+    """The most the call that crosses the sample's token limit can cost: the largest call of a
+    paid solver role (`RoleModel.largest_call_tokens`) at that role's dearer price."""
+    usd = 0.0
+    for role in SOLVER_ROLES:
+        model = getattr(contract.models, role)
+        if not model.paid:
+            continue
+        tokens = model.largest_call_tokens()
+        if tokens is None:
+            raise ValueError(f"models.{role} is paid but has no context_tokens: its largest call has no bound")
+        usd = max(usd, tokens * _dearest(contract, role))
+    return usd
+
+
+def judge_call_tokens(contract: Contract) -> int | None:
+    """The most tokens one judge call can read: the transcript, which holds at most what the
+    solver calls spent (the token limit plus the call that crossed it), and the judge prompt;
+    or the judge's own largest call when that is smaller or the solvers' sizes are not given
+    (None when neither is known)."""
+    solver_calls = [getattr(contract.models, r).largest_call_tokens() for r in SOLVER_ROLES]
+    bounds = [contract.models.judge.largest_call_tokens()]
+    if all(c is not None for c in solver_calls):
+        bounds.append(params(contract).sample_token_limit + max(c or 0 for c in solver_calls) + JUDGE_PROMPT_TOKENS)
+    known = [b for b in bounds if b is not None]
+    return min(known) if known else None

@@ -4,6 +4,8 @@
     scripted/target         a policy-sensitive target: its behaviour follows what the runtime
                             sends it (target.py)
     scripted/target-crash   raises on every call (a crashing runtime)
+    scripted/target-longread  as scripted/target, each call reporting 250,000 more input tokens
+                            (a runtime that sends its model a long context)
     scripted/judge          answers Petri's `answer()` schema for any rubric (judge.py)
     scripted/judge-refuse   never calls `answer()` (unparseable judge output)
     scripted/judge-partial  calls `answer()` without its first dimension

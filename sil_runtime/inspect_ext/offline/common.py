@@ -35,6 +35,15 @@ def output(
     )
 
 
+def with_extra_input(out: ModelOutput, tokens: int) -> ModelOutput:
+    """`out` as if its call had also read `tokens` more input (a runtime sending a long context)."""
+    usage = out.usage or ModelUsage()
+    n_in = usage.input_tokens + tokens
+    return out.model_copy(
+        update={"usage": usage.model_copy(update={"input_tokens": n_in, "total_tokens": n_in + usage.output_tokens})}
+    )
+
+
 def text_between(text: str, start: str, end: str) -> str | None:
     i = text.find(start)
     if i < 0:

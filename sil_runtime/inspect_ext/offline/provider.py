@@ -8,12 +8,13 @@ from inspect_ai.model import ChatMessage, GenerateConfig, ModelAPI, ModelOutput,
 from inspect_ai.tool import ToolChoice, ToolInfo
 
 from sil_runtime.inspect_ext.offline import auditor, judge, mutator, target
-from sil_runtime.inspect_ext.offline.common import estimate_tokens
+from sil_runtime.inspect_ext.offline.common import estimate_tokens, with_extra_input
 
 ROLES = (
     "auditor",
     "target",
     "target-crash",
+    "target-longread",
     "judge",
     "judge-refuse",
     "judge-partial",
@@ -21,6 +22,8 @@ ROLES = (
     "mutator-invalid",
     "mutator-fabricate",
 )
+
+LONG_READ_TOKENS = 250_000  # what target-longread reports reading on top of its input, in every call
 
 
 class ScriptedAPI(ModelAPI):
@@ -51,6 +54,8 @@ class ScriptedAPI(ModelAPI):
             return target.respond(f"scripted/{role}", input, tools)
         if role.startswith("mutator"):
             return mutator.respond(role, input)
+        if role == "target-longread":
+            return with_extra_input(target.respond(f"scripted/{role}", input, tools), LONG_READ_TOKENS)
         if role == "target-crash":
             raise RuntimeError("scripted target crash: the runtime's model call failed")
         return judge.respond(role, input, tools)
