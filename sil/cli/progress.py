@@ -21,7 +21,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     TaskID,
     TextColumn,
@@ -59,8 +58,7 @@ class RunProgress:
             self._bar = Progress(
                 TextColumn("[bold]{task.fields[phase]}[/]"),
                 BarColumn(bar_width=BAR_WIDTH),
-                MofNCompleteColumn(),
-                TextColumn("audits"),
+                TextColumn("{task.completed:.0f}/≤{task.total:.0f} audits"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
@@ -109,5 +107,7 @@ class RunProgress:
             if state.audits:
                 left = max(self.total - state.audits, 0) * state.elapsed_s / state.audits
                 eta = f", ETA {left:.0f}s"
-            self.console.print(f"progress: {state.phase}, {state.audits}/{self.total} audits{eta}", highlight=False)
+            self.console.print(
+                f"progress: {state.phase}, {state.audits} of at most {self.total} audits{eta}", highlight=False
+            )
         self._phase = state.phase

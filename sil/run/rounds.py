@@ -362,7 +362,7 @@ class RoundRunner:
             state.arms[arm].audits += 1
         if not res.ok:
             state.gaps += 1
-            self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
+            self.journal.emit(f"  gap in {res.audit_id}: {' '.join((res.gap_reason or '').split())}")
 
 
 def started_and_died(status: attempts.AttemptStatus) -> bool:

@@ -381,6 +381,8 @@ def execute_run(
             check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)
             if stored is not None and stored.phase == "done":
+                if before_summary is not None:
+                    before_summary()  # no progress bar for a run with nothing left to do
                 out.print(f"run {run_id} is already complete (start another with --new):")
                 rc = open_run(loaded, cfg, measurement_hash)
             else:

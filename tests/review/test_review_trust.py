@@ -50,7 +50,8 @@ def test_1_an_underpowered_replication_is_inconclusive_and_changes_nothing() -> 
     result = judge_replication(_rc(), _keep(), _rounds(-3.5, 1.85))  # type: ignore[arg-type]
     assert not result.demoted and not result.conclusive
     assert result.rounds_needed is not None and result.rounds_needed > 2
-    assert f"about {result.rounds_needed} rounds would decide" in result.reason and "nothing changed" in result.reason
+    assert f"about {result.rounds_needed} rounds in all would decide" in result.reason
+    assert "nothing changed" in result.reason
 
 
 def test_1_a_replication_decides_when_its_interval_clears_the_margin() -> None:
@@ -59,7 +60,7 @@ def test_1_a_replication_decides_when_its_interval_clears_the_margin() -> None:
     worse = judge_replication(_rc(), _keep(), _rounds(0.6, 0.5, 0.7, 0.55))  # type: ignore[arg-type]
     assert worse.demoted and worse.conclusive and "no broken_tool_use improvement" in worse.reason
     better = judge_replication(_rc(), _keep(), _rounds(-1.0, -1.2, -0.9, -1.1))  # type: ignore[arg-type]
-    assert not better.demoted and better.conclusive and better.reason.startswith("holds")
+    assert not better.demoted and better.conclusive and "excludes no improvement" in better.reason
 
 
 def test_1_replicate_refuses_fewer_than_two_rounds(copy_of) -> None:  # noqa: F811
@@ -316,7 +317,7 @@ def test_4_the_report_says_what_the_run_cost_and_how_sure_it_is(report_dir) -> N
     assert {r["role"] for r in cost["roles"]} >= {"audits", "mutator"} and cost["noise"]
     html = (report_dir / "report.html").read_text()
     section = html[html.index("Cost and confidence") : html.index("<h2>Candidates")]
-    for needle in ("audits", "USD", "gaps", "wall time", "α_run", "noise floor", "per arm", "per role"):
+    for needle in ("audits", "USD", "gaps", "wall time", "error design", "noise floor", "per arm", "per role"):
         assert needle in section, needle
 
 
@@ -326,11 +327,11 @@ def test_5_candidates_lead_with_the_verdict_and_fold_the_evidence(report_dir) ->
     table = table[: table.index("</table>")]
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
     assert heads[0] == "verdict" and heads.index("reason") < heads.index("hypothesis") < heads.index("evidence")
-    assert "<details>" in table and ("class='keep'" in table or "class='revert'" in table)
-    assert "table-layout:fixed" in html
+    assert "<details>" in table and ("class='verdict keep'" in table or "class='verdict revert'" in table)
+    assert "table-layout:auto" in html and "<div class='tw'><table id='candidates'>" in html
 
 
-def test_5_the_gate_champions_diff_comes_first() -> None:
+def test_5_the_gate_s_diffs_come_first_in_the_order_they_were_kept() -> None:
     from sil.review.render import _kept_order
     from sil.review.report import KeptDiff
 
@@ -339,7 +340,7 @@ def test_5_the_gate_champions_diff_comes_first() -> None:
         for a, m, s in (("random", "r", "s1"), ("gate", "g1", "s2"), ("gate", "g2", "s3"))
     ]
     data = SimpleNamespace(kept=kept, summary={"arms": [{"arm": "gate", "champion_set": "s3"}]})
-    assert [k.mutation_id for k in _kept_order(data)] == ["g2", "g1", "r"]  # type: ignore[arg-type]
+    assert [k.mutation_id for k in _kept_order(data)] == ["g1", "g2", "r"]  # type: ignore[arg-type]
 
 
 def test_6_plots_mark_keeps_and_show_the_leg_that_stopped_a_candidate(done) -> None:  # noqa: F811
