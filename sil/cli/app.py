@@ -233,7 +233,7 @@ def run(
     from sil.cli.commands import plan_run
     from sil.cli.progress import RunProgress
     from sil.exec.startchecks import planned_audits
-    from sil.run.train import RUNS, execute_run
+    from sil.run.train import execute_run
 
     loaded = _load(contract)
     if backend is not None and backend != loaded.contract.backend:
@@ -257,7 +257,7 @@ def run(
         if verbose and quiet:
             _fail("--verbose and --quiet exclude each other")
         verbosity = 1 if verbose else (-1 if quiet else _verbosity[0])
-        with RunProgress(err, root / RUNS / rid, total, verbosity=verbosity) as progress:
+        with RunProgress(err, total, verbosity=verbosity) as progress:
             code = execute_run(
                 loaded, root, rid, replicate, out, err, on_event=progress.event, before_summary=progress.stop
             )

@@ -26,6 +26,7 @@ from sil.run.proposing import proposer_check
 from sil.run.replication import power_note, replicate
 from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
+from sil.store.events import Update
 from sil.store.release import champion_diff, promote_to_user, promotion_risks
 from sil.store.runstate import RunState
 from sil_policy import PolicyError
@@ -110,11 +111,14 @@ def replicate_keep(
         if not quiet:
             err.print(line, highlight=False)
 
+    def show(update: Update) -> None:
+        say(update.event.text())
+
     try:
         with run_lock(run_dir):
             if RunState.load(run_dir) is None:
                 raise Refused(f"{run_dir} has no run state")
-            cfg = guarded_config(loaded, root, run_dir, say)
+            cfg = guarded_config(loaded, root, run_dir, show)
             rc = open_run(loaded, cfg, frozen_measurement_hash(loaded.contract, root))
             try:
                 check_same_run(rc)

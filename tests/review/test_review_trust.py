@@ -210,25 +210,38 @@ def test_8_out_paths_that_cannot_be_written_are_one_line_errors(copy_of) -> None
 # ---- 9. terminal output levels ----------------------------------------------------------------
 
 
-def test_9_looks_only_with_verbose_and_floats_rounded(tmp_path) -> None:
+def test_9_looks_only_with_verbose(tmp_path) -> None:
     from sil.cli.progress import RunProgress
+    from sil.store.events import CandidateProposed, LookTaken, Update, VerdictReached
 
-    lines = [
-        "gate: candidate 0 8cd1af8fc266 wrapper_prompt.sections.tool_errors",
-        "  gate-c00-8cd1af8fc266-r01: continue (look 1 of 48: statistic 0.33897813308452085)",
-        "  gate 8cd1af8fc266: REVERT — conditional power 0.041234567 < 0.05",
+    events = [
+        CandidateProposed("gate", 0, "8cd1af8fc266", "wrapper_prompt.sections.tool_errors"),
+        LookTaken("gate-c00-8cd1af8fc266-r01", "continue", "look 1 of 48: no boundary crossed by all legs"),
+        VerdictReached("gate", "8cd1af8fc266", "revert", "conditional power 0.041 < 0.05 on broken_tool_use"),
     ]
     printed = {}
     for verbosity in (-1, 0, 1):
         buf = StringIO()
-        with RunProgress(Console(file=buf, width=200), tmp_path, 10, live=False, verbosity=verbosity) as p:
-            for line in lines:
-                p.event(line)
+        with RunProgress(Console(file=buf, width=200), 10, live=False, verbosity=verbosity) as p:
+            for event in events:
+                p.event(Update(event=event, phase="gate", audits=3, elapsed_s=1.0))
         printed[verbosity] = buf.getvalue()
     assert printed[-1] == ""
     assert "look 1 of 48" not in printed[0] and "REVERT" in printed[0] and "candidate 0" in printed[0]
-    assert "look 1 of 48" in printed[1] and "0.339" in printed[1]
-    assert "0.33897813308452085" not in printed[1] and "0.0412" in printed[0]
+    assert "look 1 of 48" in printed[1] and "progress: gate, 3 of at most 10 audits" in printed[1]
+
+
+def test_9_the_gate_s_reasons_carry_rounded_numbers() -> None:
+    """The reasons are made readable where they are made: no display rounds them afterwards."""
+    import re
+
+    from sil.stats import gate
+
+    source = Path(gate.__file__).read_text()
+    reasons = re.findall(r'return f"([^"]*)", diag', source)
+    assert len(reasons) >= 3, reasons
+    raw = [r for r in reasons for field in re.findall(r"\{([^}]*)\}", r) if ":" not in field and "name" not in field]
+    assert not raw, f"a number in a gate reason is not formatted: {raw}"
 
 
 # ---- 10. a stopped run says so ----------------------------------------------------------------
