@@ -49,17 +49,23 @@ if TYPE_CHECKING:
 # `sil --help`, `sil runs --help` and `sil status --help` are declared here (HelpOpt), not by
 # typer: typer coerces its own --help, left at None, through a pydantic validator, and importing
 # pydantic for that alone costs those commands a quarter of a second.
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
-    add_completion=False, add_help_option=False, no_args_is_help=True, pretty_exceptions_show_locals=False
+    add_completion=False,
+    add_help_option=False,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    context_settings=HELP_NAMES,
 )
 plaintext.install()  # and a RUN argument is read as typed, not through a pydantic validator
-ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, context_settings=HELP_NAMES)
 app.add_typer(ledger_app, name="ledger", help="Review and verify a run's ledger.")
 # piped output is not cut at 80 columns: tables and summaries keep their full text
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 out = Console(width=None if sys.stdout.isatty() else 200)
 ROOT_MARKERS = ("program.md", "state/policies")
 _invoked_from: list[Path] = []
+_verbosity: list[int] = [0]  # `sil -q/-v COMMAND`: the default of every command's own -q/-v
 
 
 def _help(ctx: typer.Context, value: bool) -> None:
@@ -68,7 +74,9 @@ def _help(ctx: typer.Context, value: bool) -> None:
         raise typer.Exit()
 
 
-HelpOpt = Annotated[bool, typer.Option("--help", is_eager=True, callback=_help, help="Show this message and exit.")]
+HelpOpt = Annotated[
+    bool, typer.Option("--help", "-h", is_eager=True, callback=_help, help="Show this message and exit.")
+]
 ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="Run contract (Markdown + YAML front matter).")]
 
 
@@ -97,17 +105,33 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
     show_help: HelpOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More progress lines (run, replicate).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines, only results and errors.")] = False,
 ) -> None:
     """SIL: search one runtime policy at a time under a frozen contract; every step in a verified ledger.
 
-    Exit codes: 0 ok, 1 a check failed, 2 refused (nothing changed), 3 halted with a recorded reason
-    (re-run to resume), 75 locked by another sil process, 130 interrupted (re-run to resume).
+    Exit codes: 0 ok; 1 a verification or report failed (`sil ledger verify`); 2 refused, nothing changed
+    (bad input, or a start check failed: `sil check` exits 2 where `sil run` would refuse); 3 halted with
+    a recorded reason (re-run to resume); 75 locked by another sil process; 130 interrupted (re-run to resume).
     """
+    if verbose and quiet:
+        _fail("--verbose and --quiet exclude each other")
+    _verbosity[:] = [1 if verbose else (-1 if quiet else 0)]
     here = Path.cwd()
     root = find_root(here)
     _invoked_from[:] = [here]
     if root != here:
         os.chdir(root)
+
+
+def require_project() -> None:
+    """Refuse a review command outside a project, rather than report that it has no runs."""
+    here = Path.cwd()
+    if not any((here / m).exists() for m in ROOT_MARKERS):
+        _fail(
+            f"not in a SIL project: no program.md or state/policies in {here} or any folder above it; "
+            "run this from inside a project (or start one there with `sil run`)"
+        )
 
 
 def _user_path(path: Path) -> Path:
@@ -206,11 +230,11 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print every look of each test.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
-    """Run (or resume) the fixed-budget experiment of a run contract (from the project root)."""
+    """Run (or resume) the fixed-budget experiment of a run contract (from any folder of the project)."""
     from sil.cli.commands import plan_run
     from sil.cli.progress import RunProgress
     from sil.exec.startchecks import planned_audits
-    from sil.run.train import RUNS, execute_run
+    from sil.run.train import execute_run
 
     loaded = _load(contract)
     if backend is not None and backend != loaded.contract.backend:
@@ -233,8 +257,8 @@ def run(
     try:
         if verbose and quiet:
             _fail("--verbose and --quiet exclude each other")
-        verbosity = 1 if verbose else (-1 if quiet else 0)
-        with RunProgress(err, root / RUNS / rid, total, verbosity=verbosity) as progress:
+        verbosity = 1 if verbose else (-1 if quiet else _verbosity[0])
+        with RunProgress(err, total, verbosity=verbosity) as progress:
             code = execute_run(
                 loaded, root, rid, replicate, out, err, on_event=progress.event, before_summary=progress.stop
             )
@@ -253,6 +277,7 @@ def sweep(
     contracts: Annotated[list[Path], typer.Argument(help="Contracts to run, each as its own run.")],
     seeds: Annotated[int, typer.Option("--seeds", min=1, max=64, help="Runs per contract: seed, seed+1, ...")] = 1,
     parallel: Annotated[int, typer.Option("--parallel", min=0, max=64, help="Runs at once (0: all).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print each run's outcome as JSON.")] = False,
 ) -> None:
     """Run several contracts (or seeds of one) as independent runs (state/sweeps/<run>/), then their status."""
     from sil.run.sweep import aggregate_lines, plan_sweep, run_sweep, sweep_aggregate, sweep_table
@@ -264,6 +289,10 @@ def sweep(
         _fail(str(ex))
     err.print(f"sweep: {len(runs)} runs: {', '.join(r.run_id for r in runs)}", highlight=False)
     outcomes = run_sweep(runs, parallel or len(runs))
+    if as_json:
+        rows = [{"run": o.run.run_id, "contract": str(o.run.source), "exit_code": o.exit_code} for o in outcomes]
+        typer.echo(json.dumps(rows, indent=1))
+        raise typer.Exit(max((abs(o.exit_code) for o in outcomes), default=0))
     out.print(sweep_table(outcomes))
     for line in aggregate_lines(sweep_aggregate([o.run.run_dir for o in outcomes])):
         out.print(escape(line), highlight=False)
@@ -420,16 +449,26 @@ def ledger_show(
 def replicate(
     run: Annotated[str, typer.Argument(help="Run id.")],
     mutation_id: Annotated[str, typer.Argument(help="Mutation id of a KEEP verdict in that run.")],
-    k: Annotated[int, typer.Option("--k", min=1, max=64, help="Fresh paired rounds to run.")] = 8,
+    k: Annotated[
+        int | None,
+        typer.Option("--k", min=1, max=64, help="Fresh paired rounds to run [default: the contract's replicate_k]."),
+    ] = None,
     arm: Annotated[str | None, typer.Option(help="The arm that kept it (needed if two arms did).")] = None,
     contract: ContractOpt = Path("program.md"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the replication's record as JSON.")] = False,
 ) -> None:
-    """Re-measure a past KEEP with K fresh paired rounds; demote it if it does not hold."""
+    """Re-measure a past KEEP with K fresh paired rounds; demote it if it does not hold.
+
+    Its 2K audits are paid from the run's own budgets (audits, USD, wall time).
+    """
     from sil.cli.commands import replicate_keep
 
     loaded = _load(contract)
     root = Path.cwd()
-    raise typer.Exit(replicate_keep(loaded, root, _run_dir(root, run), mutation_id, arm, k, out, err))
+    rounds = k if k is not None else loaded.contract.promotion.replicate_k
+    quiet = as_json or _verbosity[0] < 0
+    code = replicate_keep(loaded, root, _run_dir(root, run), mutation_id, arm, rounds, out, err, as_json, quiet)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -439,15 +478,16 @@ def promote(
     force: Annotated[
         bool, typer.Option("--force", help="Promote a control arm's or an uncertified champion anyway.")
     ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was copied (or why not) as JSON.")] = False,
 ) -> None:
     """Copy an arm's champion policy into state/policies (explicit; shows the diff; never automatic)."""
     from sil.cli.commands import promote_champion
 
     root = Path.cwd()
-    raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err, force))
+    raise typer.Exit(promote_champion(root, _run_dir(root, run), arm, out, err, force, as_json=as_json))
 
 
-project_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+project_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, context_settings=HELP_NAMES)
 app.add_typer(project_app, name="project", help="The project's id (refs/sil/project), which every run names.")
 
 
@@ -475,7 +515,7 @@ def project_adopt(
     out.print(f"recorded in refs/sil/project (commit {adoption.commit[:12]})")
 
 
-contract_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False)
+contract_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, context_settings=HELP_NAMES)
 app.add_typer(contract_app, name="contract", help="Revise a contract (never in place) and show its history.")
 
 
@@ -579,6 +619,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).
 @app.command("runs", add_help_option=False)
 def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
     """List every run: contract, backend, phase, audits/budget, USD, KEEPs, hash chain and checkpoints."""
+    require_project()
     from sil.review.glance import overview
     from sil.review.runpaths import run_dirs
 
@@ -624,6 +665,7 @@ def status(
     show_help: HelpOpt = False,
 ) -> None:
     """Where a run stands: phase, arm, candidate, look k of K, audits and USD vs budget, α spent, ETA."""
+    require_project()
     if as_json:
         from sil.review.runview import load_run
         from sil.review.status import run_status
@@ -644,6 +686,9 @@ def report(
     out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the report (default: the run's).")] = None,
     sweep: Annotated[
         bool, typer.Option("--sweep", help="The aggregate of every sweep run (state/sweeps) instead of one run.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the files written and the conclusion as JSON.")
     ] = False,
 ) -> None:
     """Write report.html (self-contained), report.md, report.json and plots/*.png for a run."""
@@ -666,6 +711,10 @@ def report(
         paths = write_report(view, data, folder, None if out_dir is not None else rdir)
     except (OSError, AtomicWriteError) as ex:
         _fail(f"{ex}; choose another --out")
+    if as_json:
+        files = {name: str(path) for name, path in paths.items()}
+        typer.echo(json.dumps({"run": data.run_id, "files": files, "conclusion": data.conclusion}, indent=1))
+        return
     out.print(f"report: {paths['html']}  (also {paths['md'].name}, {paths['json'].name}, plots/)", highlight=False)
     out.print(escape(data.conclusion), highlight=False)
 

@@ -6,6 +6,7 @@ train.execute_run.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from sil.run.proposing import proposer_check
 from sil.run.replication import power_note, replicate
 from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
 from sil.search.proposers.llm import worst_case_cost as mutator_worst_case
+from sil.store.events import Update
 from sil.store.release import champion_diff, promote_to_user, promotion_risks
 from sil.store.runstate import RunState
 from sil_policy import PolicyError
@@ -100,13 +102,23 @@ def replicate_keep(
     k: int,
     out: Console,
     err: Console,
+    as_json: bool = False,
+    quiet: bool = False,
 ) -> int:
     """Re-audit a past KEEP against its parent in K fresh paired rounds, under the run's guards."""
+
+    def say(line: str) -> None:
+        if not quiet:
+            err.print(line, highlight=False)
+
+    def show(update: Update) -> None:
+        say(update.event.text())
+
     try:
         with run_lock(run_dir):
             if RunState.load(run_dir) is None:
                 raise Refused(f"{run_dir} has no run state")
-            cfg = guarded_config(loaded, root, run_dir, lambda line: err.print(line, highlight=False))
+            cfg = guarded_config(loaded, root, run_dir, show)
             rc = open_run(loaded, cfg, frozen_measurement_hash(loaded.contract, root))
             try:
                 check_same_run(rc)
@@ -114,6 +126,8 @@ def replicate_keep(
                 raise Refused(f"{ex}; pass the run's own contract with --contract") from None
             if note := power_note(rc, mutation_id, arm, k):
                 err.print(f"[yellow]warning:[/] {escape(note)}", highlight=False)
+            left = loaded.contract.budget.max_audits - rc.state.audits
+            say(f"replication: {2 * k} audits from the run's budget ({left} of it left)")
             result = replicate(rc, mutation_id, arm, k, cfg.trust)
     except LockedError as ex:
         err.print(f"[bold red]locked:[/] {escape(str(ex))}")
@@ -124,6 +138,9 @@ def replicate_keep(
     except Halt as ex:
         err.print(f"[bold red]stopped:[/] {escape(str(ex))} — fix the cause, then run the same command again")
         return ExitCode.HALTED
+    if as_json:
+        out.print_json(result.model_dump_json())
+        return ExitCode.OK
     ti = "—" if result.target_interval is None else "{:+.3f} [{:+.3f}, {:+.3f}]".format(*result.target_interval)
     verdict = "DEMOTED" if result.demoted else ("holds" if result.conclusive else "INCONCLUSIVE")
     extra = " (the arm's champion was restored to its parent)" if result.champion_reverted else ""
@@ -135,18 +152,33 @@ def replicate_keep(
     return ExitCode.OK
 
 
-def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Console, force: bool = False) -> int:
+def diff_size(diff: str) -> str:
+    """A unified diff's size in words: files and changed lines."""
+    lines = diff.splitlines()
+    files = sum(1 for x in lines if x.startswith("+++ "))
+    added = sum(1 for x in lines if x.startswith("+") and not x.startswith("+++ "))
+    removed = sum(1 for x in lines if x.startswith("-") and not x.startswith("--- "))
+    return f"the diff: {files} file(s), +{added} −{removed} lines" if files else "no difference from state/policies"
+
+
+def promote_champion(
+    root: Path, run_dir: Path, arm: str, out: Console, err: Console, force: bool = False, as_json: bool = False
+) -> int:
     """Copy an arm's champion into state/policies, if those files are still the run's origin.
 
-    A control arm's or an uncertified champion is refused unless `force`; the diff is shown first.
+    A control arm's or an uncertified champion is refused unless `force`, before its diff is shown
+    (only its size); a promotion shows the diff first.
     """
     try:
         with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             risks = promotion_risks(run_dir, arm)
             diff = champion_diff(run_dir, root / POLICIES, arm)
-            out.print(escape(diff) if diff else "(no difference from state/policies)", highlight=False)
             if risks and not force:
-                raise Refused("; ".join(risks) + ". Nothing was copied; pass --force to promote it anyway")
+                raise Refused(
+                    "; ".join(risks) + f". Nothing was copied ({diff_size(diff)}); pass --force to promote it anyway"
+                )
+            if not as_json:
+                out.print(escape(diff) if diff else "(no difference from state/policies)", highlight=False)
             for risk in risks:
                 err.print(f"[yellow]warning (--force):[/] {escape(risk)}")
             signer = Signer.from_env()
@@ -157,9 +189,14 @@ def promote_champion(root: Path, run_dir: Path, arm: str, out: Console, err: Con
         return ExitCode.LOCKED
     except (Refused, PolicyError, SignatureError, WitnessError) as ex:
         err.print(f"[bold red]refused:[/] {escape(str(ex))}")
+        if as_json:
+            out.print_json(json.dumps({"copied": False, "arm": arm, "refused": str(ex)}))
         return ExitCode.REFUSED
     except Halt as ex:
         err.print(f"[bold red]copied, but the ledger head is not anchored:[/] {escape(str(ex))}")
         return ExitCode.FAILED
-    out.print(escape(message), highlight=False)
+    if as_json:
+        out.print_json(json.dumps({"copied": True, "arm": arm, "diff": diff, "message": message}))
+    else:
+        out.print(escape(message), highlight=False)
     return ExitCode.OK

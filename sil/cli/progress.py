@@ -1,27 +1,23 @@
 """The live display of `sil run`: a rich progress bar on a terminal, plain lines otherwise (L3).
 
-The loop reports events as text lines (`on_event`); after each one the display re-reads the
-run's state file for audits spent, phase, arm and candidate. On a terminal the lines scroll
-above one bar (audits of the planned total, current candidate, ETA); piped, each line is
-printed as is and a `progress:` line follows every change of phase. By default the
-per-look lines of a sequential test are left out (`verbosity` 1 shows them, -1 prints
-nothing: the summary only), and long floats in the lines are rounded for reading.
+The loop reports typed events (sil/store/events.py), each with where the run stands (phase,
+audits, candidate). On a terminal their lines scroll above one bar (audits of at most the
+planned total, current candidate, ETA); piped, each line is printed as is and a `progress:`
+line follows every change of phase. By default the per-look events of a sequential test are
+left out (`verbosity` 1 shows them, -1 prints nothing: the summary only).
 
-    with RunProgress(console, run_dir, planned_total) as progress:
+    with RunProgress(console, planned_total) as progress:
         execute_run(..., on_event=progress.event)
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from types import TracebackType
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     TaskID,
     TextColumn,
@@ -29,26 +25,21 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from sil.base.errors import Halt
-from sil.review.status import readable
-from sil.store.runstate import RunState
+from sil.store.events import Event, LookTaken, Update
 
 BAR_WIDTH = 24
-LOOK_LINE = re.compile(r"^\s+\S+: (continue|keep|revert) \(")  # one look of a candidate's sequential test
 
 
-def shown(line: str, verbosity: int) -> bool:
-    """Whether an event line is printed at this verbosity (-1 quiet, 0 default, 1 verbose)."""
+def shown(event: Event, verbosity: int) -> bool:
+    """Whether an event is printed at this verbosity (-1 quiet, 0 default, 1 verbose: every look too)."""
     if verbosity < 0:
         return False
-    return verbosity > 0 or not LOOK_LINE.match(line)
+    return verbosity > 0 or not isinstance(event, LookTaken)
 
 
 class RunProgress:
-    def __init__(
-        self, console: Console, run_dir: Path, total: int, *, live: bool | None = None, verbosity: int = 0
-    ) -> None:
-        self.console, self.run_dir, self.total, self.verbosity = console, run_dir, total, verbosity
+    def __init__(self, console: Console, total: int, *, live: bool | None = None, verbosity: int = 0) -> None:
+        self.console, self.total, self.verbosity = console, total, verbosity
         self.live = (console.is_terminal if live is None else live) and verbosity >= 0
         self._phase: str | None = None
         self._bar: Progress | None = None
@@ -59,8 +50,7 @@ class RunProgress:
             self._bar = Progress(
                 TextColumn("[bold]{task.fields[phase]}[/]"),
                 BarColumn(bar_width=BAR_WIDTH),
-                MofNCompleteColumn(),
-                TextColumn("audits"),
+                TextColumn("{task.completed:.0f}/≤{task.total:.0f} audits"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
@@ -81,33 +71,21 @@ class RunProgress:
             self._bar.stop()
             self._bar = None
 
-    def _state(self) -> RunState | None:
-        try:
-            return RunState.load(self.run_dir)
-        except Halt:
-            return None
-
-    def event(self, line: str) -> None:
-        if shown(line, self.verbosity):
-            self.console.print(escape(readable(line)), highlight=False)
+    def event(self, update: Update) -> None:
+        if shown(update.event, self.verbosity):
+            self.console.print(escape(update.event.text()), highlight=False)
         if self.verbosity < 0:
             return
-        state = self._state()
-        if state is None:
-            return
-        candidate = ""
-        arm = state.arms.get(state.phase)
-        if arm is not None and arm.pending is not None:
-            m = arm.pending.mutation
-            candidate = f"{m.mutation_id[:8]} {m.surface} look {arm.pending.trial.rounds}"
         if self._bar is not None and self._task is not None:
             self._bar.update(
-                self._task, completed=min(state.audits, self.total), phase=state.phase, candidate=candidate
+                self._task, completed=min(update.audits, self.total), phase=update.phase, candidate=update.candidate
             )
-        elif state.phase != self._phase:
+        elif update.phase != self._phase:
             eta = ""
-            if state.audits:
-                left = max(self.total - state.audits, 0) * state.elapsed_s / state.audits
+            if update.audits:
+                left = max(self.total - update.audits, 0) * update.elapsed_s / update.audits
                 eta = f", ETA {left:.0f}s"
-            self.console.print(f"progress: {state.phase}, {state.audits}/{self.total} audits{eta}", highlight=False)
-        self._phase = state.phase
+            self.console.print(
+                f"progress: {update.phase}, {update.audits} of at most {self.total} audits{eta}", highlight=False
+            )
+        self._phase = update.phase

@@ -670,14 +670,17 @@ class LoadedContract(BaseModel):
     path: str
 
 
-def split_front_matter(text: str) -> tuple[str, str]:
+def split_front_matter(text: str, path: str = "program.md") -> tuple[str, str]:
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
-        raise ContractError("program.md must start with a '---' line opening the YAML front matter")
+        raise ContractError(
+            f"{path} must start with a '---' line opening the YAML front matter (a run contract is "
+            "Markdown with YAML front matter: see program.md)"
+        )
     for i, line in enumerate(lines[1:], start=1):
         if line.strip() == "---":
             return "".join(lines[1:i]), "".join(lines[i + 1 :])
-    raise ContractError("program.md front matter is not closed by a '---' line")
+    raise ContractError(f"{path}: the front matter is not closed by a '---' line")
 
 
 def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
@@ -685,7 +688,7 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
 
     from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 
-    front, prose = split_front_matter(text)
+    front, prose = split_front_matter(text, path)
     if len(front) > MAX_FRONT_MATTER:
         raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")
     try:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from sil.base.errors import Refused
 from sil.review.runview import RunView
-from sil.review.summary import Summary, build_summary, conclusion
+from sil.review.summary import Summary, build_summary, conclusion, error_words
 
 
 class Row(BaseModel):
@@ -111,7 +111,7 @@ def compare_runs(views: list[RunView]) -> Comparison:
             "audits (gaps)": f"{s.audits} ({s.gaps})",
             "USD": f"{s.usd:.2f}",
             "wall": f"{s.elapsed_s:.0f}s",
-            "α spent": f"{s.alpha_spent:.4f} of {s.alpha_run}",
+            "error": error_words(s),
             "conclusion": conclusion(s),
         }
         for s in sums
@@ -120,7 +120,7 @@ def compare_runs(views: list[RunView]) -> Comparison:
         runs=[v.run_id for v in views],
         same_family=_family(views),
         setup=_setup(views),
-        outcome=_rows(["conclusion", "audits (gaps)", "USD", "wall", "α spent"], cost),
+        outcome=_rows(["conclusion", "audits (gaps)", "USD", "wall", "error"], cost),
         arms=_rows([a for a in ("never", "random", "gate") if any(a in x for x in arms)], arms),
         edits=_rows(sorted(set().union(*edits)), edits),
         conclusions=[conclusion(s) for s in sums],

@@ -18,6 +18,7 @@ from sil.review.plots import all_plots
 from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.runview import RunView
 from sil.review.status import readable
+from sil.review.summary import DIRECTION_LINE
 
 PLOT_TITLES = {
     "trajectories": "Target and critical dimensions per audit, per arm",
@@ -25,18 +26,20 @@ PLOT_TITLES = {
     "sequential": "Group-sequential path of each gate candidate",
     "forest": "Effect of each candidate per dimension",
 }
-# tables fit the page (fixed layout, long words wrap) so no verdict column is ever off screen
+# Tables size their columns to their words (a word never breaks, unless it alone is wider than the
+# page) and scroll inside their own box when the page is narrower than the table.
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222;line-height:1.4}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0;width:100%;table-layout:fixed}
-td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;overflow-wrap:anywhere;text-align:left}
-th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222;line-height:1.4}
+.tw{overflow-x:auto;margin:.5em 0}
+table{border-collapse:collapse;font-size:.85em;width:100%;table-layout:auto}
+td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}
+td{overflow-wrap:break-word;white-space:pre-line}th{background:#f3f3f3;white-space:nowrap}
+td.id,td.num,td.verdict{white-space:nowrap}img{max-width:100%;border:1px solid #eee}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em;white-space:pre-wrap}
 .keep{color:#176c2a;font-weight:bold}.revert{color:#a11;font-weight:bold}.pending{color:#666}
 td.keep{background:#e6f4e9}td.revert{background:#fbe9e9}
 .warn{background:#fff4d6;padding:.5em;border-left:4px solid #e0a800}code{font-size:.9em}
-details summary{cursor:pointer;color:#555}table.kv th:first-child{width:16em}table.kv td:first-child{font-weight:bold}
-td{white-space:pre-line}
+details summary{cursor:pointer;color:#555}table.kv td:first-child{font-weight:bold;white-space:nowrap}
 """
 
 # marks the body with how many plots decoded and how many tables overflow the window, so a
@@ -44,9 +47,10 @@ td{white-space:pre-line}
 LOAD_CHECK = """<script>window.addEventListener('load',function(){var im=document.querySelectorAll('img.plot'),ok=0;
 im.forEach(function(i){if(i.complete&&i.naturalWidth>0){ok++;}});
 document.body.setAttribute('data-plots-rendered',ok+'/'+im.length);
-var wide=0;document.querySelectorAll('table').forEach(function(t){
-if(t.getBoundingClientRect().right>window.innerWidth+1||t.scrollWidth>t.clientWidth+1){wide++;}});
+var wide=0,scroll=0;document.querySelectorAll('.tw').forEach(function(t){
+if(t.getBoundingClientRect().right>window.innerWidth+1){wide++;}if(t.scrollWidth>t.clientWidth+1){scroll++;}});
 document.body.setAttribute('data-tables-overflowing',String(wide));
+document.body.setAttribute('data-tables-scrolling',String(scroll));
 document.body.setAttribute('data-page-width',String(document.documentElement.scrollWidth));});</script>"""
 
 
@@ -62,15 +66,29 @@ def fmt_effect(e: Effect | None) -> str:
     return f"{e.mean:+.2f} [{e.lo:+.2f}, {e.hi:+.2f}]"
 
 
+SHARED_NOTE = (
+    "A mutation tried by both arms is the same change applied to each arm's own champion at the time "
+    "(the parent set under its id): the two verdicts answer different questions and can differ."
+)
+
+
+def _shared_ids(d: ReportData) -> set[str]:
+    arms: dict[str, set[str]] = {}
+    for c in d.candidates:
+        arms.setdefault(c.mutation_id, set()).add(c.arm)
+    return {m for m, a in arms.items() if len(a) > 1}
+
+
 def _candidate_rows(d: ReportData) -> list[list[str]]:
     rows = []
+    shared = _shared_ids(d)
     for c in _candidate_order(d):
         expected = ", ".join(f"{k} {v:+.2f}" for k, v in c.expected.items())
         rows.append(
             [
                 (c.verdict or "pending").upper(),
                 c.arm,
-                c.mutation_id,
+                f"{c.mutation_id}\non {c.parent_set}" if c.mutation_id in shared and c.parent_set else c.mutation_id,
                 fmt_effect(c.observed.get(d.target)),
                 readable(c.reason or ""),
                 f"{c.surface}.{c.path}",
@@ -101,22 +119,26 @@ CAND_HEAD = [
     "evidence",
     "audits",
 ]
-CAND_WIDTHS = [7, 5, 8, 12, 18, 12, 9, 15, 0, 5]  # % of the page; evidence (0) collapses behind <details>
+NOWRAP = {0: "verdict", 1: "id", 2: "id", 9: "num"}  # columns whose cells never wrap
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _candidate_html(d: ReportData) -> str:
-    th = "".join(f"<th style='width:{w or 9}%'>{_e(h)}</th>" for h, w in zip(CAND_HEAD, CAND_WIDTHS, strict=True))
+    th = "".join(f"<th>{_e(h)}</th>" for h in CAND_HEAD)
     body = []
     for r in _candidate_rows(d):
-        verdict = r[0].lower()
-        cells = [f"<td class='{_e(verdict)}'>{_e(r[0])}</td>"]
-        cells += [f"<td>{_e(x)}</td>" for x in r[1:8]]
-        cells.append(
-            f"<td><details><summary>{len(r[8].split('; ')) if r[8] else 0} items</summary>{_e(r[8])}</details></td>"
-        )
-        cells.append(f"<td>{_e(r[9])}</td>")
+        cells = [f"<td class='verdict {_e(r[0].lower())}'>{_e(r[0])}</td>"]
+        cells += [
+            f"<td class='{NOWRAP[i]}'>{_e(r[i])}</td>" if i in NOWRAP else f"<td>{_e(r[i])}</td>" for i in range(1, 8)
+        ]
+        items = _plural(len(r[8].split("; ")) if r[8] else 0, "item")
+        cells.append(f"<td><details><summary>{items}</summary>{_e(r[8])}</details></td>")
+        cells.append(f"<td class='num'>{_e(r[9])}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table id='candidates'><tr>{th}</tr>{''.join(body)}</table>"
+    return f"<div class='tw'><table id='candidates'><tr>{th}</tr>{''.join(body)}</table></div>"
 
 
 VERDICT_CLASS = {"KEEP": "keep", "REVERT": "revert", "DEMOTED": "revert", "NO": "revert", "yes": "keep"}
@@ -127,12 +149,11 @@ def _td(cell: object) -> str:
     return f"<td class='{cls}'>{_e(cell)}</td>" if cls else f"<td>{_e(cell)}</td>"
 
 
-def _html_table(head: list[str], rows: list[list[str]], cls: str = "", widths: list[int] | None = None) -> str:
-    """A table that fits the page; `widths` in % of it per column (fixed layout takes them from the head)."""
-    styles = [f" style='width:{w}%'" for w in widths] if widths else [""] * len(head)
-    th = "".join(f"<th{st}>{_e(h)}</th>" for h, st in zip(head, styles, strict=True))
+def _html_table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
+    """A table in its own scroll box: columns as wide as their words, scrolling on a narrow page."""
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(_td(c) for c in r) + "</tr>" for r in rows)
-    return f"<table{f' class={cls!r}' if cls else ''}><tr>{th}</tr>{body}</table>"
+    return f"<div class='tw'><table{f' class={cls!r}' if cls else ''}><tr>{th}</tr>{body}</table></div>"
 
 
 # Markdown's active characters: a Markdown viewer renders raw HTML, links and emphasis, so text
@@ -142,7 +163,7 @@ _MD_ACTIVE = re.compile(r"([\\`*_\[\]{}()#+!|~])")
 
 def _m(x: object) -> str:
     """Untrusted text for one line of report.md: HTML-escaped, Markdown-escaped, on one line."""
-    return _MD_ACTIVE.sub(r"\\\1", html.escape(str(x))).replace("\r", " ").replace("\n", " ")
+    return _MD_ACTIVE.sub(r"\\\1", html.escape(str(x), quote=False)).replace("\r", " ").replace("\n", " ")
 
 
 def _fence(text: str) -> str:
@@ -170,7 +191,7 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],
-        ["direction", "lower is better on every dimension; Δ = candidate − champion"],
+        ["direction", DIRECTION_LINE.removeprefix("all dimensions: ")],
     ]
 
 
@@ -217,9 +238,6 @@ CERT_HEAD = [
 ]
 
 
-CERT_WIDTHS = [5, 10, 9, 5, 10, 15, 30, 16]
-
-
 def _rounds_cell(c: Certification) -> str:
     return str(c.rounds) if c.looks is None else f"{c.rounds} of up to {c.looks}"
 
@@ -237,6 +255,22 @@ def _search_check(c: Certification, target: str) -> str:
     if x is None:
         return "not measured"
     return f"{x[0]:+.2f} [{x[1]:+.2f}, {x[2]:+.2f}] over {c.search_rounds} rounds (check only)"
+
+
+REPL_HEAD = ["arm", "KEEP replicated", "outcome", "rounds", "seeds", "reason", "Δ target vs its own parent [90% CI]"]
+REPL_NOTE = "Each replication re-tests one KEEP against the policy it was kept on (its parent), not against the start."
+
+
+def _replication_rows(d: ReportData) -> list[list[str]]:
+    rows = []
+    for r in d.replications:
+        ti = r.get("target_interval")
+        est = "—" if not ti else f"{ti[0]:+.2f} [{ti[1]:+.2f}, {ti[2]:+.2f}]"
+        outcome = "DEMOTED" if r["demoted"] else ("holds" if r.get("conclusive", True) else "inconclusive")
+        rows.append(
+            [r["arm"], r["mutation_id"], outcome, str(r["rounds"]), "search", r["reason"], f"{r['target']}: {est}"]
+        )
+    return rows
 
 
 def _cert_rows(d: ReportData) -> list[list[str]]:
@@ -266,36 +300,17 @@ def _cert_rows(d: ReportData) -> list[list[str]]:
                 _search_check(c, d.target),
             ]
         )
-    for r in d.replications:
-        ti = r.get("target_interval")
-        est = "—" if not ti else f"{ti[0]:+.2f} [{ti[1]:+.2f}, {ti[2]:+.2f}]"
-        rows.append(
-            [
-                r["arm"],
-                f"replication of {r['mutation_id']}",
-                "DEMOTED" if r["demoted"] else ("holds" if r.get("conclusive", True) else "inconclusive"),
-                str(r["rounds"]),
-                "search",
-                r["reason"],
-                f"{r['target']}: {est}",
-                "",
-            ]
-        )
     return rows
 
 
 def _cost_rows(c: Cost) -> list[list[str]]:
     gaps = "; ".join(f"{n}× {k}" for k, n in c.gap_reasons.items()) or "none"
-    noise = ", ".join(f"{d} σ̂ {s:.2f} (df {df})" for d, (s, df) in c.noise.items()) or "not measured"
     return [
         ["audits", f"{c.audits} audits ({c.preflight} preflight), {c.gaps} gaps"],
         ["USD", f"{c.usd:.2f} of max_usd {c.max_usd:g}"],
         ["wall time", f"{c.wall_s:.0f} s of max_wall_s {c.max_wall_s:g}"],
-        [
-            "α (error budget)",
-            f"{c.alpha_spent:.4f} spent of α_run {c.alpha_run:g} over {c.confirmations} confirmations",
-        ],
-        ["noise floor (never arm A/A pairs)", noise],
+        ["error design" if c.error.startswith("two-stage") else "α (error budget)", c.error],
+        ["noise floor", c.noise],
         ["gaps by reason", gaps],
     ]
 
@@ -334,14 +349,20 @@ def _cost_md(d: ReportData) -> list[str]:
 
 
 def _kept_order(d: ReportData) -> list[KeptDiff]:
-    """The gate champion's diff first (the change a reviewer would promote), then the others."""
-    gate_set = next((a.get("champion_set") for a in d.summary["arms"] if a["arm"] == "gate"), None)
-    return sorted(d.kept, key=lambda k: (k.arm != "gate", k.policy_set != gate_set))
+    """The gate's KEEPs first (the changes a reviewer would promote), each arm's in the order they were kept."""
+    return sorted(d.kept, key=lambda k: k.arm != "gate")
+
+
+def _kept_title(d: ReportData, k: KeptDiff) -> str:
+    same_arm = [x for x in d.kept if x.arm == k.arm]
+    step = same_arm.index(k) + 1
+    return f"{k.arm} KEEP {step} of {len(same_arm)}: {k.mutation_id}, set {k.parent_set} → {k.policy_set}"
 
 
 def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
     parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>SIL report {_e(d.run_id)}</title><style>{STYLE}</style></head><body>",
         f"<h1>SIL run report: {_e(d.run_id)}</h1>",
     ]
@@ -355,14 +376,18 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
     parts += ["<h2>Arms</h2>", _html_table(ARM_HEAD, _arm_rows(d))]
     parts += _cost_html(d)
     parts += ["<h2>Candidates</h2>", _candidate_html(d)]
+    if _shared_ids(d):
+        parts.append(f"<p>{_e(SHARED_NOTE)}</p>")
     parts += ["<h2 id='certification'>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
-    parts.append(_html_table(CERT_HEAD, _cert_rows(d), widths=CERT_WIDTHS))
+    parts.append(_html_table(CERT_HEAD, _cert_rows(d)))
+    if d.replications:
+        parts += ["<h3>Replications</h3>", f"<p>{_e(REPL_NOTE)}</p>", _html_table(REPL_HEAD, _replication_rows(d))]
     for name, png in pngs.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
         parts.append(f"<h2>{_e(PLOT_TITLES[name])}</h2><img class='plot' id='plot-{name}' alt='{name}' src='{uri}'>")
     parts.append("<h2>Kept policy changes</h2>")
     for k in _kept_order(d):
-        parts.append(f"<h3>{_e(k.arm)} {_e(k.mutation_id)} → set {_e(k.policy_set)}</h3><pre>{_e(k.diff)}</pre>")
+        parts.append(f"<h3>{_e(_kept_title(d, k))}</h3><pre>{_e(k.diff)}</pre>")
     if not d.kept:
         parts.append("<p>No change was kept.</p>")
     parts.append(f"<h2>Conclusion</h2><p>{_e(d.conclusion)}</p>{LOAD_CHECK}</body></html>")
@@ -377,15 +402,19 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     lines += [_md_table(["item", "value"], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
     lines += _cost_md(d)
     lines += ["## Candidates", "", _md_table(CAND_HEAD, _candidate_rows(d)), ""]
+    if _shared_ids(d):
+        lines += [SHARED_NOTE, ""]
     lines += ["## Certification and held-out re-measurement", "", CERT_NOTE, ""]
     lines += [_md_table(CERT_HEAD, _cert_rows(d)), ""]
+    if d.replications:
+        lines += ["### Replications", "", REPL_NOTE, "", _md_table(REPL_HEAD, _replication_rows(d)), ""]
     for name, file in plot_files.items():
         lines += [f"## {PLOT_TITLES[name]}", "", f"![{name}]({file})", ""]
     lines += ["## Kept policy changes", ""]
     for k in _kept_order(d):
         fence = _fence(k.diff)
         lines += [
-            f"### {_m(k.arm)} {_m(k.mutation_id)} → set {_m(k.policy_set)}",
+            f"### {_m(_kept_title(d, k))}",
             "",
             f"{fence}diff",
             k.diff,

@@ -24,7 +24,7 @@ from scipy import stats
 
 from sil.integrity.verify import verify_run_ledger
 from sil.review.runview import LEDGER, RunView
-from sil.review.summary import Summary, build_summary, conclusion
+from sil.review.summary import Summary, build_summary, conclusion_text, error_words, noise_line
 
 LEVEL = 0.9
 MAX_DIFF_LINES = 200
@@ -53,6 +53,7 @@ class Candidate(BaseModel):
     reason: str | None
     audits: list[str]
     open_audits: str
+    parent_set: str = ""  # the arm's champion the candidate was tried on (its verdict's parent)
 
 
 class KeptDiff(BaseModel):
@@ -60,6 +61,7 @@ class KeptDiff(BaseModel):
     mutation_id: str
     policy_set: str
     diff: str
+    parent_set: str = ""
 
 
 class Trust(BaseModel):
@@ -125,7 +127,8 @@ class Cost(BaseModel):
     alpha_spent: float
     alpha_run: float
     confirmations: int
-    noise: dict[str, tuple[float, int]]  # dim -> (sigma, df) from the never arm's A/A pairs
+    error: str  # where the error went, in the contract's design (summary.error_words)
+    noise: str  # the pooled noise floor and what it pools (summary.noise_line)
     audit_logs: str  # one command (or folder) to open every audit log of the run
 
 
@@ -210,6 +213,7 @@ def candidates(view: RunView, dims: list[str], noise: dict[str, tuple[float, int
                 reason=v.get("reason"),
                 audits=audit_ids,
                 open_audits=_open_command(view, audit_ids),
+                parent_set=v.get("parent_set") or "",
             )
         )
     return out
@@ -237,6 +241,7 @@ def kept_diffs(view: RunView) -> list[KeptDiff]:
                 mutation_id=v["mutation_id"],
                 policy_set=v["candidate_set"],
                 diff="\n".join(lines[:MAX_DIFF_LINES]) or "(no textual difference)",
+                parent_set=v["parent_set"],
             )
         )
     return out
@@ -288,7 +293,6 @@ def cost(view: RunView) -> Cost:
     kinds = Counter(_gap_kind(g.get("gap_reason") or "unknown") for g in gaps)
     mutator, canary = view.of_type("mutator_call"), view.of_type("canary")
     summary = build_summary(s, view.records, c, "")
-    scored = [c.promotion.target_dimensions[0], *c.promotion.critical_dimensions]
     return Cost(
         arms=[
             ArmCost(
@@ -325,7 +329,8 @@ def cost(view: RunView) -> Cost:
         alpha_spent=summary.alpha_spent,
         alpha_run=summary.alpha_run,
         confirmations=summary.confirmations,
-        noise={d: (v, summary.noise_df.get(d, 0)) for d, v in summary.noise_sigma.items() if d in scored},
+        error=error_words(summary),
+        noise=noise_line(summary).removeprefix("noise floor of "),
         audit_logs=audit_logs(view),
     )
 
@@ -386,5 +391,5 @@ def build_report(view: RunView, root: Path) -> ReportData:
         demotions=view.of_type("demote"),
         kept=kept_diffs(view),
         cost=cost(view),
-        conclusion=conclusion(summary),
+        conclusion=conclusion_text(summary),
     )

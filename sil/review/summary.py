@@ -18,7 +18,7 @@ from rich.table import Table
 from sil.contract.prepare import SeedSet
 from sil.contract.schema import Contract
 from sil.integrity.ledger import Record
-from sil.integrity.records import canary_halt
+from sil.integrity.records import NoiseRecord, canary_halt, parse_payload
 from sil.stats import fitness
 from sil.store.champion import ChampionStatus, champion_status
 from sil.store.runstate import RunState
@@ -70,8 +70,11 @@ class Summary(BaseModel):
     baseline_mean: float | None
     never_mean: float | None
     drift: float | None
-    noise_sigma: dict[str, float]
+    noise_sigma: dict[str, float]  # the pool at the end: A/A pairs and the decided candidates' rounds
     noise_df: dict[str, int]
+    noise_pairs: int = 0  # A/A pairs in the pool
+    noise_candidates: int = 0  # decided candidates whose rounds the pool took in
+    aa_sigma: dict[str, float] = {}  # the never arm's A/A pairs alone (the calibration record)
     aa_mean_diff: float | None
     arms: list[ArmLine]
     audits: int
@@ -176,6 +179,14 @@ def _confirmation(state: RunState, records: list[Record], target: str) -> Confir
     )
 
 
+def _aa_sigma(records: list[Record]) -> dict[str, float]:
+    calibration = next((r for r in records if r.type == "noise"), None)
+    if calibration is None:
+        return {}
+    payload = parse_payload("noise", calibration.payload)
+    return payload.estimate.sigma if isinstance(payload, NoiseRecord) else {}
+
+
 def build_summary(
     state: RunState, records: list[Record], contract: Contract, note: str, higher_better: frozenset[str] = frozenset()
 ) -> Summary:
@@ -198,6 +209,9 @@ def build_summary(
         drift=None if base is None or never is None else never - base,
         noise_sigma=dict(est.sigma) if est else {},
         noise_df=dict(est.df) if est else {},
+        noise_pairs=state.shared.pool.n_pairs,
+        noise_candidates=state.shared.pool.n_candidates,
+        aa_sigma=_aa_sigma(records),
         aa_mean_diff=float(np.mean(aa)) if aa else None,
         arms=[_arm_line(state, a, contract, records) for a in ("never", "random", "gate") if a in state.arms],
         audits=state.audits,
@@ -253,6 +267,61 @@ def conclusion(s: Summary) -> str:
     )
 
 
+ARMS_ON_AVERAGE = (
+    "one run is one draw: what the gate adds on average shows over many runs "
+    "(`sil sweep`; for the default simulated world, docs/results/arms-default.md)"
+)
+
+
+def arms_comparison(s: Summary) -> str | None:
+    """How the gate's delivered change compares with the random arm's on this run, or None."""
+    gate = next((a for a in s.arms if a.arm == "gate"), None)
+    coin = next((a for a in s.arms if a.arm == "random"), None)
+    if gate is None or coin is None or s.canary_halt:
+        return None
+    g, r = _delivered(gate), _delivered(coin)
+    if g is None or r is None:
+        return None
+    where = " on the held-out seeds" if gate.measured_on == coin.measured_on == "heldout" else ""
+    if abs(g - r) < 0.005:
+        verdict = "the two arms delivered the same change"
+    else:
+        better = "gate" if g < r else "random arm"
+        verdict = f"the {better} delivered {abs(g - r):.2f} more (the difference is not tested)"
+    return f"gate vs random on this run: Δ {s.target} {g:+.2f} vs {r:+.2f}{where}; {verdict}; {ARMS_ON_AVERAGE}"
+
+
+def _delivered(arm: ArmLine) -> float | None:
+    """The arm's delivered change of the target: 0 when it delivers the start, None if not measured."""
+    if not arm.changed or arm.standing == "rolled_back":
+        return 0.0
+    return None if arm.target_change is None else arm.target_change[0]
+
+
+def noise_line(s: Summary) -> str:
+    """The pooled noise floor the gate used at the end, and the never arm's A/A pairs alone."""
+    t = s.target
+    if t not in s.noise_sigma:
+        return "noise floor: not measured"
+    pooled = f"{s.noise_pairs} never-arm A/A pairs" + (
+        f" + the rounds of {s.noise_candidates} decided candidates" if s.noise_candidates else ""
+    )
+    line = f"noise floor of {t} (pooled: {pooled}): σ̂={s.noise_sigma[t]:.2f} (df {s.noise_df.get(t, 0)})"
+    if s.noise_candidates and t in s.aa_sigma:
+        line += f"; the A/A pairs alone: σ̂={s.aa_sigma[t]:.2f}"
+    return line + f"; mean A/A difference {_fmt(s.aa_mean_diff)}"
+
+
+USE_NOTE = (
+    "; not provable: the runtime's evidence cannot show whether that surface's text reached the target "
+    "(docs/guarantees.md)"
+)
+DIRECTION_LINE = (
+    "all dimensions: lower is better; Δ vs start (table, certification) = champion − start; "
+    "Δ in verdict reasons = candidate − champion (negative = improvement)"
+)
+
+
 def _effect(x: tuple[float, float, float] | None, rounds: int) -> str:
     return "not measured" if x is None else f"{x[0]:+.2f} [{x[1]:+.2f}, {x[2]:+.2f}] over {rounds} rounds"
 
@@ -294,45 +363,67 @@ def random_arm_line(s: Summary) -> str:
     return CERTIFIED_RANDOM_ARM_LINE if s.random_certified else RANDOM_ARM_LINE
 
 
-def error_line(s: Summary) -> str:
-    """Where the run's error went, in the contract's design."""
+def error_words(s: Summary) -> str:
+    """Where the run's error went, in the contract's design: a two-stage run has no run-level budget to spend."""
     if s.error_design == "two_stage":
         return (
-            f"error design: two-stage — {s.confirmations} search confirmations at α_search={s.alpha_search} each "
+            f"two-stage — {s.confirmations} search confirmations at α_search={s.alpha_search} each "
             f"(search steps); the guarantee is the certification's, at α_certify={s.alpha_certify}"
         )
-    return f"error budget: {s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
+    return f"{s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
+
+
+def error_line(s: Summary) -> str:
+    return f"error {'design' if s.error_design == 'two_stage' else 'budget'}: {error_words(s)}"
+
+
+def conclusion_text(s: Summary) -> str:
+    """The conclusion and, when both candidate arms delivered, how they compare on this run."""
+    comparison = arms_comparison(s)
+    return conclusion(s) + (f". {comparison[0].upper()}{comparison[1:]}" if comparison else "")
+
+
+WIDE = 160  # below this many columns the arms print as lines, not a table that would cut names
+
+
+def _change_words(a: ArmLine) -> str:
+    if not a.changed:
+        return "0 (rolled back)" if a.standing == "rolled_back" else "0 (unchanged)"
+    if a.target_change is None:
+        return "changed, not re-measured"
+    m, lo, hi = a.target_change
+    return f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]" + (" held-out seeds" if a.measured_on == "heldout" else "")
+
+
+def _arm_cells(a: ArmLine) -> list[str]:
+    worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
+    keeps = f"{a.keeps} ({a.demoted} demoted)" if a.demoted else str(a.keeps)
+    return [a.arm, str(a.audits), str(a.candidates), keeps, _change_words(a), worst, a.champion, a.stop_reason or ""]
+
+
+def render_arms(s: Summary, console: Console) -> None:
+    """The arms as a table on a wide terminal, as one block of lines each on a narrow one."""
+    change_head = f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI; − = better)"
+    if console.width < WIDE:
+        console.print(f"run {s.run_id} — {s.phase}  ({s.note})", highlight=False)
+        for a in s.arms:
+            arm, audits, cands, keeps, change, worst, champion, why = _arm_cells(a)
+            console.print(f"{arm}: {audits} audits, {cands} candidates, {keeps} KEEP", highlight=False)
+            console.print(f"  {change_head}: {change}; worst critical Δ {worst}", highlight=False)
+            console.print(f"  champion: {champion}" + (f"; stopped: {why}" if why else ""), highlight=False)
+        return
+    table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
+    heads = ["arm", "audits", "cand.", "KEEP", change_head, "worst critical Δ", "champion", "stopped because"]
+    for i, col in enumerate(heads):
+        table.add_column(col, overflow="fold", no_wrap=i < 4, ratio=None if i < 4 else 2)
+    for a in s.arms:
+        table.add_row(*_arm_cells(a))
+    console.print(table)
 
 
 def render(s: Summary, console: Console) -> None:
-    table = Table(title=f"run {s.run_id} — {s.phase}", caption=s.note)
-    for col in (
-        "arm",
-        "audits",
-        "cand.",
-        "KEEP",
-        f"Δ {s.target} vs start ({INTERVAL_LEVEL:.0%} CI; − = better)",
-        "worst critical Δ",
-        "champion",
-        "stopped because",
-    ):
-        table.add_column(col)
-    for a in s.arms:
-        if not a.changed:
-            change = "0 (rolled back)" if a.standing == "rolled_back" else "0 (unchanged)"
-        elif a.target_change is None:
-            change = "changed, not re-measured"
-        else:
-            m, lo, hi = a.target_change
-            change = f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            if a.measured_on == "heldout":
-                change += " held-out seeds"
-        worst = "—" if a.worst_critical is None else f"{a.worst_critical[1]:+.2f} {a.worst_critical[0]}"
-        keeps = f"{a.keeps} ({a.demoted} demoted)" if a.demoted else str(a.keeps)
-        table.add_row(a.arm, str(a.audits), str(a.candidates), keeps, change, worst, a.champion, a.stop_reason or "")
-    console.print(table)
-    sig = ", ".join(f"{d} σ̂={v:.2f} (df {s.noise_df.get(d, 0)})" for d, v in s.noise_sigma.items() if d == s.target)
-    console.print(f"noise floor (never arm A/A pairs): {sig or '—'}; mean A/A difference {_fmt(s.aa_mean_diff)}")
+    render_arms(s, console)
+    console.print(noise_line(s))
     level: Callable[[float | None], str] = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
     if s.target_higher_is_better:
         console.print(f"{s.target} is higher-is-better: levels are raw scores, every Δ is oriented (− = better)")
@@ -343,14 +434,19 @@ def render(s: Summary, console: Console) -> None:
     for line in confirmation_lines(s):
         console.print(line)
     console.print(conclusion(s))
+    if comparison := arms_comparison(s):
+        console.print(comparison)
     console.print(error_line(s))
     if any(a.arm == "random" for a in s.arms):
         console.print(random_arm_line(s))
     console.print(f"audits {s.audits} (gaps {s.gaps}), USD {s.usd:.2f}, wall {s.elapsed_s:.0f}s")
     if s.use:
         shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.use.items())
-        console.print(f"use of the sent policy in pair audits, per differing surface: {shown}")
-    console.print("all dimensions: lower is better; Δ = candidate − champion (negative = improvement)")
+        console.print(
+            f"proof that the runtime used the policy it was sent (pair audits × surfaces they differ on): {shown}"
+            + (USE_NOTE if s.use.get("not_provable") else "")
+        )
+    console.print(DIRECTION_LINE)
     if s.mutator_calls:
         console.print(
             f"mutator: {s.mutator_calls} model calls, USD {s.mutator_usd:.2f} of the total, "

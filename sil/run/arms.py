@@ -33,6 +33,7 @@ from sil.run.proposing import CandidateSource, record_effect
 from sil.search.proposers import Proposer, make_proposer
 from sil.stats.gate import should_promote
 from sil.stats.judges import ArmBudget, Judge, Outcome, judge_for
+from sil.store.events import ArmFinished, CandidateProposed, LookTaken, NoiseCalibrated, VerdictReached
 from sil.store.runstate import ArmState, Pending
 
 
@@ -77,8 +78,8 @@ class NeverArm:
             Keys.CALIBRATION, NoiseRecord(estimate=est, pairs=len(state.aa_rounds), source="never arm A/A pairs")
         )
         arm.done = True
-        sigmas = ", ".join(f"{d}={est.sigma[d]:.2f}" for d in rc.promotion.target_dimensions if d in est.sigma)
-        rc.emit(f"never: {len(state.aa_rounds)} A/A pairs; noise sigma {sigmas}")
+        sigma = {d: est.sigma[d] for d in rc.promotion.target_dimensions if d in est.sigma}
+        rc.emit(NoiseCalibrated(pairs=len(state.aa_rounds), sigma=sigma))
 
 
 class CandidateArm:
@@ -104,7 +105,7 @@ class CandidateArm:
             else:
                 self.advance(arm)
             rc.save()
-        rc.emit(f"{self.name}: {arm.candidates} candidates, {arm.keeps} kept, {arm.audits} audits ({arm.stop_reason})")
+        rc.emit(ArmFinished(self.name, arm.candidates, arm.keeps, arm.audits, arm.stop_reason))
 
     def stop_reason(self, arm: ArmState) -> str | None:
         """Why no new candidate may start: budget, error budget or the candidate limit."""
@@ -142,7 +143,7 @@ class CandidateArm:
         crashpoint("propose.before_save")
         rc.save()  # the mutation is recorded when applied: a proposal lost to a crash is redone
         crashpoint("propose.after_save")
-        rc.emit(f"{self.name}: candidate {index} {mutation.mutation_id} {mutation.surface}.{mutation.path}")
+        rc.emit(CandidateProposed(self.name, index, mutation.mutation_id, f"{mutation.surface}.{mutation.path}"))
 
     def apply(self, arm: ArmState) -> None:
         """Write the candidate's surface into the arm's working policy files."""
@@ -221,7 +222,7 @@ class CandidateArm:
             ),
         )
         if outcome.kind == "confirm":
-            rc.emit(f"  {label}: {outcome.verdict} ({outcome.reason})")
+            rc.emit(LookTaken(label=label, verdict=outcome.verdict, reason=outcome.reason))
         if outcome.verdict != "continue":
             self.decide(arm, outcome)
 
@@ -253,7 +254,9 @@ class CandidateArm:
         rc.save()
         crashpoint("verdict.before_anchor")
         rc.rounds.anchor()
-        rc.emit(f"  {self.name} {p.mutation.mutation_id}: {p.verdict.upper()} — {outcome.reason}")
+        rc.emit(
+            VerdictReached(arm=self.name, mutation_id=p.mutation.mutation_id, verdict=p.verdict, reason=outcome.reason)
+        )
 
     # ---- settle --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from sil.base.errors import Halt
 from sil.exec.measure import AuditResult
 from sil.integrity.records import BaselineRecord, Keys
 from sil.run.context import RunContext
+from sil.store.events import BaselineStarted
 
 MODEL_ROLES = ("auditor", "target", "judge")
 
@@ -38,7 +39,7 @@ def baseline_phase(rc: RunContext) -> None:
     origin = state.origin
     if state.planned is None and (why := rc.rounds.budget_left("baseline", k)):
         raise Halt(f"no budget for the baseline: {why}")
-    rc.emit(f"baseline: {k} audits of the starting policy {origin.set_id}")
+    rc.emit(BaselineStarted(audits=k, set_id=origin.set_id))
     results = rc.rounds.run_batch("baseline", "baseline", "baseline", [(f"k{i}", origin) for i in range(k)])
     state.baseline = [r.audit_id for r in results if r.ok]
     rc.rounds.consumed()

@@ -38,6 +38,7 @@ from sil.contract.simparams import SimParams
 from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
 from sil.integrity.records import CanaryRecord, Keys
 from sil.run.context import RunContext
+from sil.store.events import CanaryPassed
 
 if TYPE_CHECKING:  # at run time inspect-ai is imported only where the judge model is called
     from inspect_ai.model import ModelOutput
@@ -246,7 +247,7 @@ def canary_check(rc: RunContext, label: str) -> None:
             f"{worst} by {record.shift[worst]:+.2f} (limit {record.max_shift}); the judge changed, "
             "so no comparison across this run is trustworthy"
         )
-    rc.emit(f"canary ({label}): {record.items} stored transcripts re-judged, largest shift within {limit}")
+    rc.emit(CanaryPassed(label=label, items=record.items, limit=limit))
 
 
 def measure_shift(rc: RunContext, label: str, limit: float) -> CanaryRecord:

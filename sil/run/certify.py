@@ -25,6 +25,7 @@ from sil.run.proposing import NOTHING_LEFT
 from sil.stats import fitness
 from sil.stats.gate import GateDecision
 from sil.stats.judges import certify, seed_count_scale
+from sil.store.events import CertificationStopped, RolledBack
 from sil.store.runstate import ArmState, RoundKind
 
 INTERVAL_LEVEL = 0.9
@@ -103,7 +104,7 @@ def final_rounds(rc: RunContext, arm: ArmState, plan: FinalPlan) -> GateDecision
     while len(done) < plan.looks and (decision is None or decision.verdict == "continue"):
         label = rc.rounds.next_label(plan.prefix(arm))
         if not rc.rounds.resuming(label) and (why := rc.rounds.budget_left(None, 2)):
-            rc.emit(f"final check of {arm.arm} on the {SEED_SET_NAMES[plan.seed_set]} seeds stopped: {why}")
+            rc.emit(CertificationStopped(arm=arm.arm, seeds=SEED_SET_NAMES[plan.seed_set], why=why))
             break
         stat = rc.rounds.run_pair("final", label, plan.kind, arm.champion, rc.state.origin, seed_set=plan.seed_set)
         if stat is not None:
@@ -214,4 +215,4 @@ def demote(rc: RunContext, arm: ArmState, key: str, decision: GateDecision | Non
         ),
     )
     rc.save()
-    rc.emit(f"{arm.arm}: champion {champion.set_id} failed certification; rolled back to the starting policy")
+    rc.emit(RolledBack(arm=arm.arm, set_id=champion.set_id))

@@ -16,6 +16,7 @@ from sil.exec.measure import AuditBackend, MeasureContext
 from sil.integrity.ledger import RecordBook
 from sil.policies.store import PolicyStore
 from sil.run.rounds import RoundRunner
+from sil.store.events import Event
 from sil.store.journal import Journal
 from sil.store.policyrefs import RunRefs
 from sil.store.runstate import RunState
@@ -54,8 +55,8 @@ class RunContext:
     def save(self) -> None:
         self.journal.save()
 
-    def emit(self, text: str) -> None:
-        self.journal.emit(text)
+    def emit(self, event: Event) -> None:
+        self.journal.emit(event)
 
     def record_time(self, type_: str, key: str) -> str:
         """When a record was written (fixed once written, so commits made from it are too)."""

@@ -34,6 +34,7 @@ from sil.exec.measure import AuditBackend, AuditRequest, GapError, MeasureContex
 from sil.exec.useproof import PROMPT_VISIBLE
 from sil.integrity.records import Keys, PreflightReport, SurfaceProbe, Use
 from sil.run.context import RunContext
+from sil.store.events import PreflightGap, PreflightPassed
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface, validate_document
 from sil_policy.evidence import Evidence
 
@@ -241,14 +242,11 @@ def preflight_phase(rc: RunContext) -> None:
             rc.state.gaps += report.audit_gap_reason is not None
             rc.save()
         if report.passed:
-            rc.emit(f"preflight: all {len(report.probes)} surfaces of the search space reach the target")
-            if unproven := [p.surface for p in report.probes if p.use == "not_provable"]:
-                rc.emit(f"  loaded, use not provable: {', '.join(unproven)}")
-            if report.not_implemented:
-                rc.emit(f"  not read by this runtime (runtime.surfaces): {', '.join(report.not_implemented)}")
+            unproven = tuple(p.surface for p in report.probes if p.use == "not_provable")
+            rc.emit(PreflightPassed(len(report.probes), unproven, tuple(report.not_implemented)))
             return
         if report.gap_reason is None:
             failed = [p.message for p in report.probes if not p.passed]
             raise Halt("wiring preflight failed, refusing to spend budget: " + "; ".join(failed))
-        rc.emit(f"  preflight audit gap: {report.gap_reason}")
+        rc.emit(PreflightGap(reason=report.gap_reason))
     raise Halt("wiring preflight could not run: every attempt was an audit gap")

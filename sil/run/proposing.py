@@ -27,6 +27,7 @@ from sil.policies.mutation import Mutation
 from sil.run.context import RunContext
 from sil.search.evidence import MutatorContext, build_context, check_citation, observed_effect
 from sil.search.proposers import Proposal, ProposalRequest, Proposer, make_proposer
+from sil.store.events import ProposerGap
 from sil.store.runstate import ArmState, Pending
 
 ARM_ORDER = ("never", "random", "gate")  # the proposer's rng stream per arm
@@ -144,7 +145,7 @@ class CandidateSource:
             ),
         )
         arm.proposer_gaps += 1
-        self.rc.emit(f"  {self.arm}: proposer gap: {reason}")
+        self.rc.emit(ProposerGap(arm=self.arm, reason=reason))
         if arm.proposer_gaps >= self.rc.contract.stop.max_consecutive_gaps:
             raise Halt(f"{arm.proposer_gaps} consecutive proposer gaps in the {self.arm} arm: {reason}")
 

@@ -31,26 +31,44 @@ MIN_ROUNDS = 2  # a t-interval from the rounds' own spread needs two
 MAX_NEEDED = 10_000  # beyond this the effect is indistinguishable from the margin
 
 
+def _t(k: int) -> float:
+    from scipy import stats  # only a replication needs it
+
+    return float(stats.t.ppf(0.5 + LEVEL / 2, k - 1))
+
+
 def rounds_needed(ti: tuple[float, float, float], n: int, margin: float) -> int | None:
     """About how many rounds an effect and spread like `ti`'s (over n rounds) need for the 90%
     interval to clear -margin, with the t quantile of each size; None: more than MAX_NEEDED."""
-    from scipy import stats  # only a replication needs it
-
     mean, lo, hi = ti
+    return rounds_for(mean, (hi - lo) / 2 * math.sqrt(n) / _t(n), margin)
+
+
+def rounds_for(mean: float, sd: float, margin: float) -> int | None:
+    """Rounds for a 90% t interval around `mean` with per-round spread `sd` to clear -margin."""
     gap = abs(mean + margin)
-
-    def q(k: int) -> float:
-        return float(stats.t.ppf(0.5 + LEVEL / 2, k - 1))
-
-    sd = (hi - lo) / 2 * math.sqrt(n) / q(n)
     if gap == 0:
         return None
     k = MIN_ROUNDS
-    while q(k) * sd / math.sqrt(k) >= gap:
+    while _t(k) * sd / math.sqrt(k) >= gap:
         k = k + 1 if k < 100 else int(k * 1.1)
         if k > MAX_NEEDED:
             return None
     return k
+
+
+def pooled_needed(keep: list[RoundStat], fresh: list[RoundStat], target: str, margin: float) -> int:
+    """Rounds in all for the fresh rounds' effect, with the spread pooled over the KEEP's rounds and these."""
+    fresh_x = [x for r in fresh if (x := r.diff.get(target)) is not None]
+    keep_x = [x for r in keep if (x := r.diff.get(target)) is not None]
+    ss = sum(float(np.var(v, ddof=1)) * (len(v) - 1) for v in (fresh_x, keep_x) if len(v) >= MIN_ROUNDS)
+    df = sum(len(v) - 1 for v in (fresh_x, keep_x) if len(v) >= MIN_ROUNDS)
+    sd = math.sqrt(ss / df) if df else 0.0
+    return rounds_for(float(np.mean(fresh_x)), sd, margin) or MAX_NEEDED
+
+
+def margin_words(margin: float) -> str:
+    return "0 (no change)" if margin == 0 else f"the margin {-margin:+.2f}"
 
 
 def keep_rounds(rc: RunContext, keep: VerdictRecord) -> list[RoundStat]:
@@ -78,17 +96,25 @@ def power_note(rc: RunContext, mutation_id: str, arm: str | None, k: int) -> str
     about = f"about {need}" if need else f"more than {MAX_NEEDED}"
     return (
         f"--k {k} is likely too few: at the KEEP's own effect and spread ({ti[0]:+.2f} over {len(rounds)} "
-        f"rounds) a replication needs {about} rounds to conclude; an inconclusive one changes nothing"
+        f"rounds, which chose it, so optimistic) a replication needs {about} rounds to conclude; "
+        "an inconclusive one changes nothing"
     )
 
 
+MIN_PREFIX = 4
+
+
 def find_keep(rc: RunContext, mutation_id: str, arm: str | None) -> VerdictRecord:
-    """The KEEP verdict to replicate; `arm` is needed only when two arms kept the same edit."""
-    verdicts = [
-        v
-        for v in rc.book.payloads("verdict", VerdictRecord)
-        if v.mutation_id == mutation_id and (arm is None or v.arm == arm)
-    ]
+    """The KEEP verdict to replicate, by its id or a unique prefix of it (as `git` takes commits);
+    `arm` is needed only when two arms kept the same edit."""
+    every = rc.book.payloads("verdict", VerdictRecord)
+    ids = {v.mutation_id for v in every}
+    if mutation_id not in ids and len(mutation_id) >= MIN_PREFIX:
+        matches = sorted(i for i in ids if i.startswith(mutation_id))
+        if len(matches) > 1:
+            raise Refused(f"{mutation_id!r} names several mutations ({', '.join(matches)}): give more of the id")
+        mutation_id = matches[0] if matches else mutation_id
+    verdicts = [v for v in every if v.mutation_id == mutation_id and (arm is None or v.arm == arm)]
     if not verdicts:
         raise Refused(
             f"no verdict for mutation {mutation_id!r}{f' in the {arm} arm' if arm else ''} "
@@ -118,13 +144,15 @@ def replicate(rc: RunContext, mutation_id: str, arm: str | None, k: int, trust: 
         rc.save()
         if stat is not None:
             rounds.append(stat)
-    result = judge_replication(rc, keep, rounds)
+    result = judge_replication(rc, keep, rounds, keep_rounds(rc, keep))
     record_replication(rc, keep, result, done)
     rc.rounds.anchor()
     return result
 
 
-def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundStat]) -> ReplicateRecord:
+def judge_replication(
+    rc: RunContext, keep: VerdictRecord, rounds: list[RoundStat], earlier: list[RoundStat] | None = None
+) -> ReplicateRecord:
     p = rc.promotion
     target = p.target_dimensions[0]
     ti = fitness.interval(rounds, target, LEVEL) if rounds else None
@@ -145,16 +173,18 @@ def judge_replication(rc: RunContext, keep: VerdictRecord, rounds: list[RoundSta
     elif ti[1] >= -p.superiority_margin:
         demoted, reason = (
             True,
-            f"fresh rounds show no {target} improvement: {_ci(ti)} lies wholly at or above {-p.superiority_margin:+.3f}",
+            f"fresh rounds show no {target} improvement: {_ci(ti)} lies wholly at or above "
+            f"{margin_words(p.superiority_margin)}",
         )
     elif ti[2] < -p.superiority_margin:
-        demoted, reason = False, f"holds: the {LEVEL:.0%} interval of {target} {_ci(ti)} excludes no improvement"
+        demoted, reason = False, f"the {LEVEL:.0%} interval of {target} {_ci(ti)} excludes no improvement"
     else:
-        needed = rounds_needed(ti, len(rounds), p.superiority_margin) or MAX_NEEDED
+        needed = pooled_needed(earlier or [], rounds, target, p.superiority_margin)
         demoted, reason = (
             False,
-            f"{target} {_ci(ti)} spans the margin {-p.superiority_margin:+.2f}; about {needed} rounds "
-            "would decide; the KEEP stands unconfirmed, nothing changed",
+            f"{target} {_ci(ti)} spans {margin_words(p.superiority_margin)}; about {needed} rounds in all would "
+            f"decide (at these {len(rounds)} rounds' effect, the spread pooled with the KEEP's own rounds); "
+            "the KEEP stands unconfirmed, nothing changed",
         )
     return ReplicateRecord(
         mutation_id=keep.mutation_id,

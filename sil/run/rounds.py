@@ -35,6 +35,7 @@ from sil.integrity.records import AuditRecord, IntentRecord, Keys, RecoveryRecor
 from sil.policies.store import PolicySet, PolicyStore
 from sil.stats import fitness
 from sil.stats.fitness import RoundStat
+from sil.store.events import AuditGap, Recovered
 from sil.store.journal import RESULT_FILE, Journal
 from sil.store.runstate import PlannedRound, RoundKind, RunState
 
@@ -233,7 +234,7 @@ class RoundRunner:
         if not lost:
             return
         # a worker died mid-audit: recover its audits as after a crash, then run them once more
-        self.journal.emit(f"  worker lost mid-audit: {', '.join(r.audit_id for r in lost)}; recovering")
+        self.journal.emit(Recovered(f"worker lost mid-audit: {', '.join(r.audit_id for r in lost)}; recovering"))
         again = self._run_and_store(lost)
         if again:
             raise Halt(
@@ -310,7 +311,7 @@ class RoundRunner:
         except AuditStateUnknown as ex:
             raise Halt(f"unknown: {ex}; inspect the cluster and the audit directory, then resume") from None
         if awaited:
-            self.journal.emit(f"  recovery: {', '.join(awaited)} still held by Ray slots; awaited them")
+            self.journal.emit(Recovered(f"{', '.join(awaited)} still held by Ray slots; awaited them"))
         for audit_id, audit_dir in audits:
             try:
                 status = attempts.await_attempt(audit_dir, timeout)
@@ -333,7 +334,7 @@ class RoundRunner:
             if self.journal.book.once(Keys.recovery(audit_id, status.attempt), record) is not None:
                 self.journal.state.usd += charge  # once: a second resume finds the record and charges nothing
             paid = f"; charged ${charge:.4f}, the bound of one audit" if charge else ""
-            self.journal.emit(f"  recovery: {audit_id}: {status.detail}; {action}{paid}")
+            self.journal.emit(Recovered(f"{audit_id}: {status.detail}; {action}{paid}"))
 
     def anchor(self) -> None:
         self.guards.anchor()
@@ -362,7 +363,7 @@ class RoundRunner:
             state.arms[arm].audits += 1
         if not res.ok:
             state.gaps += 1
-            self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
+            self.journal.emit(AuditGap(audit_id=res.audit_id, reason=res.gap_reason or ""))
 
 
 def started_and_died(status: attempts.AttemptStatus) -> bool:

@@ -77,7 +77,7 @@ def seed_text(path: Path, k: int) -> str:
     text = path.read_text(encoding="utf-8")
     if k == 0:
         return text
-    front, _ = split_front_matter(text)
+    front, _ = split_front_matter(text, str(path))
     seed = load_contract(path).contract.seed + k
     if SEED_LINE.search(front):
         new_front = SEED_LINE.sub(f"seed: {seed}", front, count=1)

@@ -66,6 +66,7 @@ from sil.run.preflight import preflight_phase
 from sil.run.proposing import proposer_check
 from sil.run.rounds import Guards, RoundRunner
 from sil.stats.judges import JudgeState
+from sil.store.events import AnchorFailed, Halted, Resuming, Update
 from sil.store.journal import Journal
 from sil.store.policyrefs import RunRefs
 from sil.store.runstate import RunState
@@ -93,6 +94,10 @@ def _nothing() -> None:
     return None
 
 
+def print_update(update: Update) -> None:
+    print(update.event.text())
+
+
 @dataclass(frozen=True)
 class RunConfig:
     repo_root: Path
@@ -100,7 +105,7 @@ class RunConfig:
     policy_dir: Path
     replicate_k: int | None = None  # None: the contract's (new run) or the run's own (resume)
     approval_id: str = "not required (offline)"
-    on_event: Callable[[str], None] = print
+    on_event: Callable[[Update], None] = print_update
     before_audits: Callable[[], None] = _nothing  # re-checks the approval; raises Halt to stop
     anchor: Callable[[], None] = _nothing  # signs and anchors the ledger head outside the file
     policy_repo: Path | None = None  # git repo for the candidates' refs (sil/store/policyrefs.py)
@@ -145,17 +150,18 @@ def disk_halt(rc: RunContext, ex: BaseException) -> None:
         halt(rc, reason)
     except (OSError, LedgerError) as again:
         rc.state.phase = "halted"
-        rc.emit(
-            f"HALT: {reason}. The halt could not be recorded either ({again}); the run's files on disk "
-            "are as they were before the failed write, and re-running resumes from them"
+        also = (
+            f"the halt could not be recorded either ({again}); the run's files on disk are as they were "
+            "before the failed write, and re-running resumes from them"
         )
+        rc.emit(Halted(reason=reason, next_step=HALT_NEXT, also=also))
 
 
 def resume_after_halt(rc: RunContext) -> None:
     """Run again after a halt: back to the halted phase, where the cause is checked anew."""
     state = rc.state
     if state.phase == "halted":
-        rc.emit(f"resuming after a halt: {state.halt_reason}")
+        rc.emit(Resuming(state.halt_reason))
         state.phase, state.halt_reason = state.resume_phase or "preflight", None
         state.consecutive_gaps = {}
 
@@ -185,13 +191,12 @@ def halt(rc: RunContext, reason: str) -> None:
         state.resume_phase = state.phase
     state.phase, state.halt_reason = "halted", reason
     rc.book.once(Keys.halt(len(rc.book.of_type("halt"))), HaltRecord(reason=reason, phase=state.resume_phase))
-    rc.emit(f"HALT: {reason}")
-    rc.emit(HALT_NEXT)
+    rc.emit(Halted(reason=reason, next_step=HALT_NEXT))
     rc.save()
     try:
         rc.rounds.anchor()
     except Halt as anchor_failure:
-        rc.emit(f"also: {anchor_failure}")
+        rc.emit(AnchorFailed(str(anchor_failure)))
 
 
 # ---- the composition root ------------------------------------------------------------------
@@ -332,7 +337,11 @@ def anchor_guard(
 
 
 def guarded_config(
-    loaded: LoadedContract, root: Path, run_dir: Path, on_event: Callable[[str], None], replicate_k: int | None = None
+    loaded: LoadedContract,
+    root: Path,
+    run_dir: Path,
+    on_event: Callable[[Update], None],
+    replicate_k: int | None = None,
 ) -> RunConfig:
     """The configuration of a real command: approval re-checks, signed anchoring, witness, refs in git."""
     signer = Signer.from_env()
@@ -374,7 +383,7 @@ def execute_run(
     replicate: int | None,
     out: Console,
     err: Console,
-    on_event: Callable[[str], None] | None = None,
+    on_event: Callable[[Update], None] | None = None,
     before_summary: Callable[[], None] | None = None,
 ) -> int:
     """The whole `sil run` command; returns its exit code. Refusals leave no run folder."""
@@ -384,7 +393,7 @@ def execute_run(
     fresh = not run_dir.exists()  # a refusal of a first start must leave no run folder behind
     try:
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
-        emit = on_event or (lambda line: err.print(escape(line), highlight=False))
+        emit = on_event or (lambda update: err.print(escape(update.event.text()), highlight=False))
         cfg = guarded_config(loaded, root, run_dir, emit, replicate)
         if conflict := start_conflict(run_dir / "ledger.jsonl", anchor_repo(root, create=False), run_id):
             raise Refused(f"{conflict}. Nothing was started")
@@ -392,6 +401,8 @@ def execute_run(
             check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)
             if stored is not None and stored.phase == "done":
+                if before_summary is not None:
+                    before_summary()  # no progress bar for a run with nothing left to do
                 out.print(f"run {run_id} is already complete (start another with --new):")
                 rc = open_run(loaded, cfg, measurement_hash)
             else:

@@ -440,18 +440,18 @@ class SequentialPairedGate:
                 llr = (-d * shifted - k * d * d / 2) / leg.sigma**2
                 diag[f"futility_llr:{leg.name}"] = llr
                 if llr <= math.log(rules.futility_beta):
-                    return f"futility: {leg.name} evidence favours no effect over {d}", diag
+                    return f"futility: {leg.name} evidence favours no effect over {d:.3g}", diag
                 cp = self._conditional_power(leg, shifted, k, horizon - n)
                 if cp is not None:
                     diag[f"conditional_power:{leg.name}"] = cp
                     if cp < rules.cp_floor:
-                        return f"conditional power {cp:.3f} < {rules.cp_floor} on {leg.name}", diag
+                        return f"conditional power {cp:.3f} < {rules.cp_floor:g} on {leg.name}", diag
             elif leg.kind == "critical":
                 m = leg.null
                 llr = (m * s - k * m * m / 2) / leg.sigma**2
                 diag[f"harm_llr:{leg.name}"] = llr
                 if llr >= math.log(1 / rules.harm_veto_beta):
-                    return f"harm veto: {leg.name} evidence of a {m} regression", diag
+                    return f"harm veto: {leg.name} evidence of a {m:.3g} regression", diag
         return "", diag
 
     def _conditional_power(self, leg: Leg, shifted: float, k: int, remaining: int) -> float | None:

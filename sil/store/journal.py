@@ -3,7 +3,7 @@
 The ledger is written before the state: after a crash the audit counters are re-derived
 from the ledger (`recount`), so an audit recorded just before the crash counts exactly once.
 
-    journal = Journal.open(run_dir, ledger, new_state=lambda: RunState(...), on_event=print)
+    journal = Journal.open(run_dir, ledger, new_state=lambda: RunState(...), on_event=display.update)
     journal.state.phase = "baseline"; journal.save()
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from sil.base.faults import crashpoint
 from sil.integrity.ledger import Ledger, RecordBook
 from sil.integrity.records import AuditRecord, PreflightReport
+from sil.store.events import Event, Update
 from sil.store.runstate import RunState
 
 STALE_TEMP = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$")  # sil.base.fsutil's atomic-write temp files
@@ -26,7 +27,7 @@ RESULT_FILE = "result.json"  # an audit's stored result, written atomically once
 class Journal:
     """The live run's state (saved atomically) and its record book (append-only)."""
 
-    def __init__(self, run_dir: Path, state: RunState, book: RecordBook, on_event: Callable[[str], None]) -> None:
+    def __init__(self, run_dir: Path, state: RunState, book: RecordBook, on_event: Callable[[Update], None]) -> None:
         self.run_dir = run_dir
         self.state = state
         self.book = book
@@ -35,7 +36,7 @@ class Journal:
 
     @classmethod
     def open(
-        cls, run_dir: Path, ledger: Ledger, new_state: Callable[[], RunState], on_event: Callable[[str], None]
+        cls, run_dir: Path, ledger: Ledger, new_state: Callable[[], RunState], on_event: Callable[[Update], None]
     ) -> Journal:
         """The stored run, recounted from its ledger, or a new one from `new_state()`."""
         book = RecordBook(ledger, run_dir.name)
@@ -58,8 +59,17 @@ class Journal:
         self.state.save(self.run_dir)
         crashpoint("state.after_save")
 
-    def emit(self, text: str) -> None:
-        self.on_event(text)
+    def emit(self, event: Event) -> None:
+        """Tell the display about a step, with where the run stands now."""
+        s = self.state
+        candidate = ""
+        arm = s.arms.get(s.phase)
+        if arm is not None and arm.pending is not None:
+            m = arm.pending.mutation
+            candidate = f"{m.mutation_id[:8]} {m.surface} look {arm.pending.trial.rounds}"
+        self.on_event(
+            Update(event=event, phase=s.phase, audits=s.audits, elapsed_s=self.elapsed(), candidate=candidate)
+        )
 
     def recount(self) -> None:
         """Audit counters from the ledger, which is written before the state."""

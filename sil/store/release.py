@@ -80,7 +80,11 @@ def promote_to_user(run_dir: Path, policy_dir: Path, arm_name: str, trust: Trust
 
 CONTROL_ARMS = {
     "never": "the never arm is the unchanged control: it has no champion of its own to promote",
-    "random": "the random arm is the coin-flip negative control: its champion was kept by chance, not by evidence",
+    "random": (
+        "the random arm is the coin-flip negative control: its champion was chosen by coin flips, not by the "
+        "search's evidence, even when it was then certified against the start (promote the gate's champion, "
+        "the search's result)"
+    ),
 }
 
 

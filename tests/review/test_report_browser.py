@@ -82,7 +82,7 @@ def test_report_fits_1400px_shows_cost_and_one_champion_status(copy_of, tmp_path
     assert body and 'data-tables-overflowing="0"' in body.group(0), body
     assert f'data-page-width="{WIDTH}"' in body.group(0), body.group(0)
     cost = dom[dom.index('id="cost"') : dom.index("<h2>Candidates")]
-    for needle in ("audits", "USD", "gaps", "wall time", "α (error budget)", "α_run", "noise floor"):
+    for needle in ("audits", "USD", "gaps", "wall time", "error design", "α_certify", "noise floor"):
         assert needle in cost, needle
     arms = dom[dom.index("<h2>Arms") : dom.index('id="cost"')]
     row = re.search(rf"<tr><td>{arm}</td>(.*?)</tr>", arms, re.S)

@@ -309,10 +309,12 @@ def test_progress_prints_plain_lines_when_piped(done, copy_of) -> None:
     from sil.cli.progress import RunProgress
 
     console = Console(record=True, width=200, force_terminal=False)
-    with RunProgress(console, copy_of / "state" / "runs" / RUN, 50, live=False) as p:
-        p.event("gate: candidate [x] 0")
+    from sil.store.events import CandidateProposed, Update
+
+    with RunProgress(console, 50, live=False) as p:
+        p.event(Update(event=CandidateProposed("gate", 0, "[x]", "s.p"), phase="done", audits=7, elapsed_s=1.0))
     text = console.export_text()
-    assert "gate: candidate [x] 0" in text and re.search(r"progress: done, \d+/50 audits", text)
+    assert "gate: candidate 0 [x] s.p" in text and "progress: done, 7 of at most 50 audits" in text
 
 
 def test_halt_lines_say_what_to_do_next() -> None:

@@ -28,8 +28,9 @@ from sil.review.summary import build_summary, confirmation_lines, render
 from sil.run.proposing import NOTHING_LEFT
 from sil.search.evidence import build_context
 from sil.search.proposers.llm import render_prompt
+from sil.store.events import Update
 from tests.conftest import edit_contract
-from tests.run.test_train import SMALL, open_loop, records
+from tests.run.test_train import SMALL, first_random_candidate, open_loop, records
 
 HELDOUT = [s.id for s in prepare.load_heldout(prepare.MEASUREMENT_DIR)]
 SEARCH = [s.id for s in prepare.load_seeds(prepare.MEASUREMENT_DIR)]
@@ -85,8 +86,8 @@ def test_tampering_a_heldout_seed_mid_run_halts_the_run(workspace: Path) -> None
 
     seed = workspace / "measurement" / "heldout" / f"{HELDOUT[0]}.md"
 
-    def tamper(line: str) -> None:
-        if "random: candidate 0" in line:
+    def tamper(update: Update) -> None:
+        if first_random_candidate(update):
             seed.write_text(seed.read_text() + "\nAlso ask about order 99.\n")
 
     rc = run_loop(shrink(workspace), on_event=tamper)

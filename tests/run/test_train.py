@@ -13,6 +13,7 @@ from sil.contract.schema import load_contract
 from sil.integrity import ledger
 from sil.run.context import RunContext
 from sil.run.train import RunConfig, open_run, run_phases
+from sil.store.events import CandidateProposed, Update
 from tests.conftest import edit_contract
 
 SMALL = {
@@ -54,6 +55,12 @@ def finished(tmp_path_factory) -> RunContext:
     shutil.copytree(REPO / "measurement", root / "measurement")
     shutil.copytree(REPO / "state" / "policies", root / "state" / "policies")
     return run_loop(shrink(root))
+
+
+def first_random_candidate(update: Update) -> bool:
+    """The random arm's first candidate was just proposed (a moment to tamper with the run)."""
+    event = update.event
+    return isinstance(event, CandidateProposed) and event.arm == "random" and event.index == 0
 
 
 def open_loop(root: Path, run_id: str = "r1", on_event=None, **sim) -> RunContext:
@@ -118,8 +125,8 @@ def test_same_seeds_reproduce_the_same_verdicts(finished: RunContext, small: Pat
 def test_measurement_change_mid_run_halts(small: Path) -> None:
     seed = small / "measurement" / "seeds" / "order_tool_error.md"
 
-    def tamper(line: str) -> None:
-        if "random: candidate 0" in line:
+    def tamper(update: Update) -> None:
+        if first_random_candidate(update):
             seed.write_text(seed.read_text() + "\nAlso ask about order 43.\n")
 
     runner = run_loop(small, on_event=tamper)
@@ -148,9 +155,9 @@ def edit_first_text(doc: object) -> str:
 def test_hand_edited_working_policy_halts_and_is_kept(small: Path) -> None:
     edited = {}
 
-    def tamper(line: str) -> None:
-        if "random: candidate 0" in line and not edited:
-            surface = line.split()[-1].split(".")[0]
+    def tamper(update: Update) -> None:
+        if isinstance(event := update.event, CandidateProposed) and first_random_candidate(update) and not edited:
+            surface = event.where.split(".")[0]
             path = small / "state" / "runs" / "r1" / "arms" / "random" / "policies" / f"{surface}.json"
             path.write_text(edit_first_text(json.loads(path.read_text())))  # a change of meaning, not format
             edited["path"], edited["bytes"] = path, path.read_bytes()
@@ -173,7 +180,7 @@ def test_crashing_audits_become_gaps_not_scores(small: Path) -> None:
 def test_resume_after_interrupt_repeats_no_audit(small: Path) -> None:
     calls = {"n": 0}
 
-    def boom(line: str) -> None:
+    def boom(update: Update) -> None:
         calls["n"] += 1
         if calls["n"] == 12:
             raise Interrupt()
