@@ -38,6 +38,7 @@ import numpy as np
 
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, Promotion, load_contract
+from sil.contract.simparams import SimParams
 from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
 from sil.search.proposers import Proposal, ProposalRequest
@@ -89,9 +90,9 @@ class BenchWorld:
         c = loaded.contract
         # seeds [0, n_search) are the search seeds; the rest are held out (certification only)
         self.n_search = len(seed_ids) if n_search is None else n_search
-        assert c.sim is not None
-        self.params = c.sim.model_copy(
-            update={"world_seed": c.sim.world_seed + run, "landscape_seed": c.sim.landscape_seed + run}
+        sim = c.settings(SimParams)
+        self.params = sim.model_copy(
+            update={"world_seed": sim.world_seed + run, "landscape_seed": sim.landscape_seed + run}
         )
         self.dims = list(rubric)
         self.target = self.params.landscape_target

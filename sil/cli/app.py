@@ -173,6 +173,26 @@ def _load(path: Path) -> LoadedContract:
         _fail(str(ex))
 
 
+def _example_contract(backend: str) -> str:
+    """A hint naming a contract written for `backend`, if it offers one."""
+    from sil.exec.backends import make_backend
+
+    try:
+        example = make_backend(backend).example_contract
+    except (ValueError, ImportError):
+        return ""
+    return f" (a contract written for it: {example})" if example else ""
+
+
+def _simulated(backend: str) -> bool:
+    from sil.exec.backends import make_backend
+
+    try:
+        return make_backend(backend).simulated
+    except (ValueError, ImportError) as ex:
+        _fail(str(ex))
+
+
 def _run_dir(root: Path, run: str | None) -> Path:
     from sil.review.runview import resolve_run
 
@@ -213,7 +233,7 @@ def run(
 
     loaded = _load(contract)
     if backend is not None and backend != loaded.contract.backend:
-        hint = " (an offline Petri contract: examples/program-petri-offline.md)" if backend == "petri" else ""
+        hint = _example_contract(backend)
         _fail(
             f"{contract} uses backend {loaded.contract.backend!r}, not {backend!r}; the backend is frozen "
             f"in the contract, so pass a contract written for it with --contract{hint}"
@@ -519,7 +539,7 @@ def noise(
 
     loaded = _load(contract)
     c = loaded.contract
-    if c.backend != "petri":
+    if _simulated(c.backend):
         _fail(
             f"{contract}: sil noise measures real audits; backend {c.backend!r} simulates them (use a petri contract)"
         )
@@ -573,7 +593,7 @@ def _runs_table(rows: list[OverviewRow]) -> Table:
         keeps = ", ".join(
             f"{a} {n}" + (f" ({r.demoted[a]} demoted)" if r.demoted.get(a) else "") for a, n in r.keeps.items()
         )
-        backend = f"{r.backend}{' (sim)' if r.simulated and r.backend != 'sim' else ''}"
+        backend = f"{r.backend}{' (simulated)' if r.simulated else ''}"
         table.add_row(
             escape(r.run_id),
             escape(f"{r.contract_id} {(r.contract_hash or '')[:8]}"),

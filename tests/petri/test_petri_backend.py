@@ -122,7 +122,7 @@ def test_worst_case_cost_from_prices_and_token_limits(tmp_path: Path) -> None:
             ),
         }
     )
-    paid = free.model_copy(update={"models": models, "petri": PetriParams(sample_token_limit=100_000)})
+    paid = free.model_copy(update={"models": models}).with_settings(PetriParams(sample_token_limit=100_000))
     per_sample = 100_000 * 15 / 1e6 + 3 * (100_000 + petri_backend.JUDGE_PROMPT_TOKENS) * 25 / 1e6
     assert worst_case_cost(paid, n_seeds=10, audits=4) == pytest.approx(4 * 10 * per_sample)
     assert worst_case_cost(paid) == pytest.approx((paid.budget.max_audits + 1) * 10 * per_sample)

@@ -35,10 +35,11 @@ from inspect_ai.event import InfoEvent, ModelEvent, ScoreEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 from sil.contract import prepare
-from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, PetriParams, RoleModel
-from sil.exec.measure import AuditRequest, GapError, MeasureContext
+from sil.contract.petriparams import PetriParams
+from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, RoleModel, run_note, token_counting
+from sil.exec.measure import AuditRequest, BackendBase, GapError, MeasureContext, RunNote, SeedNotes
 from sil.exec.modelcalls import trusted_tokens
-from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
+from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, Highlight, SampleEvidence, Usage
 
 TASK = "inspect_petri/audit"
 SCORER = "audit_judge"
@@ -63,12 +64,18 @@ CRN_SEED_BITS = 31  # a non-negative int every provider's API accepts as a seed
 REPO_ROOT = Path(prepare.__file__).resolve().parents[2]
 
 
-class PetriBackend:
+class PetriBackend(BackendBase):
     """`AuditBackend` for real audits: Petri in the audit subprocess, evidence from its log."""
 
     name = "petri"
     simulated = False
-    note = LIVE_JUDGE_NOTE  # train.open_run sets the contract's own (contract.run_note)
+    note = LIVE_JUDGE_NOTE  # a run's own names what plays its judge (`describe`)
+    settings_model = PetriParams  # the contract's `petri:` section
+    example_contract = "examples/program-petri-offline.md"  # offline: no model call, no cost
+
+    def describe(self, contract: Contract) -> RunNote:
+        """The note names what plays the judge (a model, local or not, or the rule-based judge)."""
+        return RunNote(note=run_note(contract), roles=contract.role_kinds(), token_counting=token_counting(contract))
 
     def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
         return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
@@ -138,10 +145,6 @@ class PetriBackend:
             notes=[f"inspect view --log-dir {path.parent}"],
         )
 
-    def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
-        """All text the target model was given in this audit, for the preflight."""
-        return "\n".join(self.target_inputs_by_sample(req, ctx).values())
-
     def target_inputs_by_sample(self, req: AuditRequest, ctx: MeasureContext) -> dict[str, str]:
         """Per sample, the text the target model was given (messages and tools of every call the
         target's model served, subagent calls included), each distinct text once: for the
@@ -163,9 +166,30 @@ class PetriBackend:
             out[key] = "\n".join(parts)
         return out
 
+    def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
+        """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
+        if not log_path:
+            return {}
+        try:
+            log = read_eval_log(log_path)
+        except Exception:  # an unreadable log only means less evidence; the scores stand
+            return {}
+        out: dict[str, SeedNotes] = {}
+        for sample in log.samples or []:
+            notes: list[Highlight] = []
+            for score in (sample.scores or {}).values():
+                if score.explanation:
+                    values = score.value if isinstance(score.value, dict) else {}
+                    numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
+                    worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
+                    notes.append(Highlight(dimension=worst, text=str(score.explanation)))
+            answers = [m for m in sample.messages if m.role == "assistant" and m.text]
+            out[str(sample.id)] = SeedNotes(notes, answers[-1].text if answers else None)
+        return out
+
 
 def params(contract: Contract) -> PetriParams:
-    return contract.petri or PetriParams()
+    return contract.settings(PetriParams)
 
 
 def task_args(ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> dict[str, Any]:
