@@ -184,13 +184,15 @@ def _example_contract(backend: str) -> str:
     return f" (a contract written for it: {example})" if example else ""
 
 
-def _simulated(backend: str) -> bool:
+def _splits_noise(backend: str) -> bool:
+    """Whether `sil noise` can split the backend's audit noise: real audits whose judge passes it reads apart."""
     from sil.exec.backends import make_backend
 
     try:
-        return make_backend(backend).simulated
+        made = make_backend(backend)
     except (ValueError, ImportError) as ex:
         _fail(str(ex))
+    return not made.simulated and made.judge_passes() is not None
 
 
 def _run_dir(root: Path, run: str | None) -> Path:
@@ -539,9 +541,10 @@ def noise(
 
     loaded = _load(contract)
     c = loaded.contract
-    if _simulated(c.backend):
+    if not _splits_noise(c.backend):
         _fail(
-            f"{contract}: sil noise measures real audits; backend {c.backend!r} simulates them (use a petri contract)"
+            f"{contract}: sil noise measures real audits whose judge passes it can read apart; backend "
+            f"{c.backend!r} simulates them or keeps no passes apart (use a petri contract)"
         )
     root = Path.cwd()
     refusals = run_refusals(loaded, root)

@@ -205,6 +205,8 @@ class SeedNotes:
 
 # The backend's own judge of the canary's stored transcripts: (reference scores per transcript, tick) -> scores
 CanaryJudge = Callable[[Mapping[str, Mapping[str, float]], int], dict[str, dict[str, float]]]
+# A finished audit's judge passes, each one's mean over seeds per dimension: (result, context, passes) -> means
+JudgePassReader = Callable[["AuditResult", "MeasureContext", int], list[dict[str, float]]]
 
 
 class AuditBackend(Protocol):
@@ -281,6 +283,11 @@ class AuditBackend(Protocol):
         contract's judge model re-judges the stored transcripts."""
         ...
 
+    def judge_passes(self) -> JudgePassReader | None:
+        """How `sil noise` reads a real audit's judge passes apart (sil/run/noise.py). Default None:
+        the backend keeps no passes apart, so `sil noise` refuses it before any audit."""
+        ...
+
 
 class BackendBase:
     """The defaults of `AuditBackend`'s optional members; a backend subclasses it."""
@@ -314,6 +321,9 @@ class BackendBase:
         return {s.seed_id: SeedNotes(list(s.highlights)) for s in ev.samples}
 
     def canary_judge(self, contract: Contract) -> CanaryJudge | None:
+        return None
+
+    def judge_passes(self) -> JudgePassReader | None:
         return None
 
 

@@ -27,7 +27,9 @@ V1_HASHES: dict[str, str] = json.loads((V1 / "hashes.json").read_text())
 @pytest.mark.parametrize("name", sorted(V1_HASHES))
 def test_a_contract_written_before_keeps_its_hash(name: str) -> None:
     path = V1 / name
-    contract = Contract.model_validate_json(path.read_bytes()) if name.endswith(".json") else load_contract(path).contract
+    contract = (
+        Contract.model_validate_json(path.read_bytes()) if name.endswith(".json") else load_contract(path).contract
+    )
     assert contract.contract_hash == V1_HASHES[name]
     again = Contract.model_validate_json(contract.model_dump_json())  # the run's snapshot, read back
     assert again.contract_hash == V1_HASHES[name] and again == contract
@@ -43,7 +45,9 @@ def sim_as_kind_and_settings(text: str) -> str:
     start = next(i for i, line in enumerate(lines) if line.startswith("sim:"))
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
     settings = ["    " + line for line in lines[start + 1 : end]]
-    head = [line if not line.startswith("backend:") else "backend:\n  kind: sim\n  settings:\n" for line in lines[:start]]
+    head = [
+        line if not line.startswith("backend:") else "backend:\n  kind: sim\n  settings:\n" for line in lines[:start]
+    ]
     at = next(i for i, line in enumerate(head) if line.startswith("backend:")) + 1
     return "".join([*head[:at], *settings, *head[at:], *lines[end:]])
 
@@ -67,7 +71,10 @@ def test_a_setting_of_a_built_in_backend_changes_the_hash() -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda t: re.sub(r"(?m)^sim:.*\n(  .*\n)+", "", t, count=1), r"backend 'sim' needs settings .*sim\.intercepts"),
+        (
+            lambda t: re.sub(r"(?m)^sim:.*\n(  .*\n)+", "", t, count=1),
+            r"backend 'sim' needs settings .*sim\.intercepts",
+        ),
         (lambda t: t.replace("  world_seed: 20261129", "  world_seed: 20261129\n  wolrd: 1", 1), r"sim\.wolrd"),
         (lambda t: t.replace("sim:", "petri:", 1), "the 'petri' section is only for backend 'petri'"),
         (lambda t: t.replace("{model: sim/judge}", "{model: anthropic/j}", 1), r"must be sim/<role>"),

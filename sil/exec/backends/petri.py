@@ -31,13 +31,31 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from inspect_ai.event import InfoEvent, ModelEvent, ScoreEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 from sil.contract import prepare
 from sil.contract.petriparams import PetriParams
-from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, RoleModel, run_note, token_counting
-from sil.exec.measure import AuditRequest, BackendBase, GapError, MeasureContext, RunNote, SeedNotes
+from sil.contract.schema import (
+    LIVE_JUDGE_NOTE,
+    RUBRIC_PREFIX,
+    Contract,
+    ContractError,
+    RoleModel,
+    run_note,
+    token_counting,
+)
+from sil.exec.measure import (
+    AuditRequest,
+    AuditResult,
+    BackendBase,
+    GapError,
+    JudgePassReader,
+    MeasureContext,
+    RunNote,
+    SeedNotes,
+)
 from sil.exec.modelcalls import trusted_tokens
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, Highlight, SampleEvidence, Usage
 
@@ -166,6 +184,9 @@ class PetriBackend(BackendBase):
             out[key] = "\n".join(parts)
         return out
 
+    def judge_passes(self) -> JudgePassReader:
+        return pass_means
+
     def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
         """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
         if not log_path:
@@ -186,6 +207,28 @@ class PetriBackend(BackendBase):
             answers = [m for m in sample.messages if m.role == "assistant" and m.text]
             out[str(sample.id)] = SeedNotes(notes, answers[-1].text if answers else None)
         return out
+
+
+def pass_means(result: AuditResult, ctx: MeasureContext, passes: int) -> list[dict[str, float]]:
+    """Each judge pass's mean over seeds, per dimension, read from the audit's log (a rule-based
+    judge's rules re-applied to the same transcript are its re-judging)."""
+    from sil.exec.backends.rubric import observe  # inspect's scorer and solver modules: only when asked
+
+    assert result.log_path is not None
+    log = read_eval_log(result.log_path, resolve_attachments=True)
+    rule_based = ctx.contract.models.judge.model.startswith(RUBRIC_PREFIX)
+    out = []
+    for key in judge_keys(passes):
+        per_seed: list[dict[str, float]] = []
+        for sample in log.samples or []:
+            if rule_based:
+                scores = observe(sample.messages).scores(list(ctx.dimensions))
+                per_seed.append({d: float(v) for d, v in scores.items()})
+            else:
+                value: Any = (sample.scores or {})[key].value
+                per_seed.append({d: float(value[d]) for d in ctx.dimensions})
+        out.append({d: float(np.mean([s[d] for s in per_seed])) for d in ctx.dimensions})
+    return out
 
 
 def params(contract: Contract) -> PetriParams:
