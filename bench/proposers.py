@@ -41,7 +41,7 @@ from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.contract.simparams import SimParams
 from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
-from sil.search.proposers import Proposal, ProposalRequest
+from sil.search.proposers import Proposal, ProposalRequest, ProposerBase
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
 from sil.search.proposers.llm import LLMProposer
 from sil.stats.fitness import RoundStat, paired_round
@@ -153,7 +153,7 @@ def set_id(docs: dict[str, dict[str, Any]]) -> str:
 # ---------------------------------------------------------------- bench-only proposers
 
 
-class RandomEditProposer:
+class RandomEditProposer(ProposerBase):
     """A random sentence of plausible words on a random text field: search without reading."""
 
     name = "bench:random_edit"
@@ -176,7 +176,7 @@ class RandomEditProposer:
         return Proposal()
 
 
-class OracleProposer:
+class OracleProposer(ProposerBase):
     """Knows the true effect of every edit in its pool (playbook-like fixes and the catalogue)."""
 
     name = "bench:oracle"
