@@ -636,9 +636,8 @@ def validated_settings(kind: str, raw: object) -> dict[str, JsonValue] | None:
         settings = model.model_validate({} if raw is None else raw)
     except ValidationError as ex:
         where = kind if kind in V1_SECTIONS else "backend.settings"
-        lines = describe_validation_errors(ex, where).splitlines()
         detail = "; ".join(
-            f"{where}.{line.strip()}" if not line.strip().startswith(where) else line.strip() for line in lines
+            f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}" for e in ex.errors()
         )
         need = f"needs settings (a {kind!r} section, or backend.settings)" if raw is None else "has invalid settings"
         raise ValueError(f"backend {kind!r} {need}: {detail}") from None
