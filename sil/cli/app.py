@@ -596,7 +596,7 @@ def _runs_table(rows: list[OverviewRow]) -> Table:
         keeps = ", ".join(
             f"{a} {n}" + (f" ({r.demoted[a]} demoted)" if r.demoted.get(a) else "") for a, n in r.keeps.items()
         )
-        backend = f"{r.backend}{' (simulated)' if r.simulated else ''}"
+        backend = f"{r.backend}{' (sim)' if r.simulated else ''}"
         table.add_row(
             escape(r.run_id),
             escape(f"{r.contract_id} {(r.contract_hash or '')[:8]}"),

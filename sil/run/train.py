@@ -387,12 +387,7 @@ def execute_run(
             records = list(read_records(run_dir / "ledger.jsonl"))
             if before_summary is not None:
                 before_summary()  # e.g. the progress bar leaves the screen first
-            render(
-                build_summary(
-                    rc.state, records, loaded.contract, rc.backend.describe(rc.contract).note, rc.measure.higher_better
-                ),
-                out,
-            )
+            render(build_summary(rc.state, records, loaded.contract, rc.note, rc.measure.higher_better), out)
             out.print(f"ledger: {run_dir / 'ledger.jsonl'}  (verify: sil ledger verify {run_id})")
             return ExitCode.HALTED if rc.state.phase == "halted" else ExitCode.OK
     except LockedError as ex:
