@@ -105,9 +105,10 @@ def main() -> None:
     ap.add_argument("--worlds", type=int, default=3000)
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")
     args = ap.parse_args()
-    params = load_contract(args.contract).contract.sim
-    if params is None:
-        raise SystemExit(f"{args.contract} has no sim section: calibration needs backend sim")
+    try:
+        params = load_contract(args.contract).contract.settings(SimParams)
+    except ValueError:
+        raise SystemExit(f"{args.contract} has no sim section: calibration needs backend sim") from None
     dims = [d.name for d in prepare.load_rubric()]
     target = params.landscape_target
     dims.remove(target)

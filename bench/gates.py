@@ -169,8 +169,10 @@ def load_setup(
 ) -> Setup:
     """World parameters and gate settings from the contract; dims = target + critical (+aux)."""
     c = load_contract(contract).contract
-    if c.sim is None:
-        raise SystemExit(f"{contract} has no sim section: the benchmark needs the sim parameters")
+    try:
+        sim = c.settings(SimParams)
+    except ValidationError:
+        raise SystemExit(f"{contract} has no sim section: the benchmark needs the sim parameters") from None
     p = c.promotion
     aux = p.auxiliary_dimensions if with_aux else []
     dims = (p.target_dimensions[0], *p.critical_dimensions, *aux)
@@ -180,7 +182,7 @@ def load_setup(
     except ValidationError as ex:
         raise SystemExit(f"invalid promotion override: {ex}") from None
     certify = 2 * c.budget.certify_rounds or CERTIFY_AUDITS
-    return Setup(c.sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify)
+    return Setup(sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify)
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from bench.gates import SEED, Setup, load_setup
 from bench.simrun import SimRun
+from sil.contract.petriparams import PetriParams
 from sil.contract.schema import Price, load_contract
 from sil.contract.simparams import SimParams
 from sil.stats.fitness import paired_round_for
@@ -172,7 +173,7 @@ def bound_cost(contract: Path = BOUND_CONTRACT) -> Cost:
         return worst_case_cost(base.model_copy(update={"models": models, "measurement": measurement}), 1, 1)
 
     c = (cost(2) - cost(1)) / cost(1)
-    limit = base.petri.sample_token_limit if base.petri else None
+    limit = base.settings(PetriParams).sample_token_limit if base.backend_settings else None
     note = (
         f"from the Petri backend's worst-case bound (every role at one price, token limit {limit}, "
         f"{contract.name}): an upper-end figure, the bound assumes 3 judge attempts reading a full-size transcript"

@@ -38,9 +38,10 @@ import numpy as np
 
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, Promotion, load_contract
+from sil.contract.simparams import SimParams
 from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
-from sil.search.proposers import Proposal, ProposalRequest
+from sil.search.proposers import Proposal, ProposalRequest, ProposerBase
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
 from sil.search.proposers.llm import LLMProposer
 from sil.stats.fitness import RoundStat, paired_round
@@ -89,9 +90,9 @@ class BenchWorld:
         c = loaded.contract
         # seeds [0, n_search) are the search seeds; the rest are held out (certification only)
         self.n_search = len(seed_ids) if n_search is None else n_search
-        assert c.sim is not None
-        self.params = c.sim.model_copy(
-            update={"world_seed": c.sim.world_seed + run, "landscape_seed": c.sim.landscape_seed + run}
+        sim = c.settings(SimParams)
+        self.params = sim.model_copy(
+            update={"world_seed": sim.world_seed + run, "landscape_seed": sim.landscape_seed + run}
         )
         self.dims = list(rubric)
         self.target = self.params.landscape_target
@@ -152,7 +153,7 @@ def set_id(docs: dict[str, dict[str, Any]]) -> str:
 # ---------------------------------------------------------------- bench-only proposers
 
 
-class RandomEditProposer:
+class RandomEditProposer(ProposerBase):
     """A random sentence of plausible words on a random text field: search without reading."""
 
     name = "bench:random_edit"
@@ -175,7 +176,7 @@ class RandomEditProposer:
         return Proposal()
 
 
-class OracleProposer:
+class OracleProposer(ProposerBase):
     """Knows the true effect of every edit in its pool (playbook-like fixes and the catalogue)."""
 
     name = "bench:oracle"

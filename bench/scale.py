@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sil.contract.schema import Contract, load_contract
-from sil.exec.measure import AuditRequest, MeasureContext, read_evidence_file
+from sil.exec.measure import AuditRequest, BackendBase, MeasureContext, read_evidence_file
 from sil.integrity.ledger import Ledger
 from sil.policies.store import PolicyStore
 from sil.run.rounds import Guards, RoundRunner
@@ -54,7 +54,7 @@ PENDING = "evidence.pending.json"
 LEDGER_SAMPLES = 200
 
 
-class FixedBackend:
+class FixedBackend(BackendBase):
     """A stand-in audit of fixed duration: `sleep`, then the evidence the backend prepared appears."""
 
     name = "fixed"

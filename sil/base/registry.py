@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from importlib import metadata
+from typing import Any
 
 
 class Registry[T]:
     """Objects of one kind by name: built in, registered by decorator, or from an entry point group."""
 
-    def __init__(self, kind: str, group: str, builtin: Mapping[str, T | str]) -> None:
+    def __init__(
+        self, kind: str, group: str, builtin: Mapping[str, T | str], adapt: Callable[[object], T | None] | None = None
+    ) -> None:
         self.kind, self.group = kind, group
         self._builtin = dict(builtin)
         self._registered: dict[str, T] = {}
+        # what an entry point that names an object (not a module that registers one) stands for here
+        self._adapt = adapt or _callable
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: make `name` resolve to the decorated object."""
@@ -35,6 +39,8 @@ class Registry[T]:
 
     def names(self) -> list[str]:
         """Every name known: built in, registered, or offered by an entry point."""
+        from importlib import metadata  # here: the sim audit imports a registry and starts faster without it
+
         offered = {ep.name for ep in metadata.entry_points(group=self.group)}
         return sorted(set(self._builtin) | set(self._registered) | offered)
 
@@ -47,6 +53,8 @@ class Registry[T]:
                 return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
             return entry
         if name not in self._registered:
+            from importlib import metadata
+
             for ep in metadata.entry_points(group=self.group, name=name):
                 try:
                     loaded = ep.load()  # importing the module runs its decorator
@@ -55,6 +63,10 @@ class Registry[T]:
                         f"the {self.group!r} entry point {name!r} ({ep.value}) failed to import: "
                         f"{type(ex).__name__}: {ex}; fix or uninstall the package that provides it"
                     ) from None
-                if name not in self._registered and callable(loaded):
-                    self._registered[name] = loaded
+                if name not in self._registered and (adapted := self._adapt(loaded)) is not None:
+                    self._registered[name] = adapted
         return self._registered.get(name)
+
+
+def _callable(loaded: object) -> Any:
+    return loaded if callable(loaded) else None

@@ -198,6 +198,28 @@ def _load(path: Path) -> LoadedContract:
         _fail(str(ex))
 
 
+def _example_contract(backend: str) -> str:
+    """A hint naming a contract written for `backend`, if it offers one."""
+    from sil.exec.backends import make_backend
+
+    try:
+        example = make_backend(backend).example_contract
+    except (ValueError, ImportError):
+        return ""
+    return f" (a contract written for it: {example})" if example else ""
+
+
+def _splits_noise(backend: str) -> bool:
+    """Whether `sil noise` can split the backend's audit noise: real audits whose judge passes it reads apart."""
+    from sil.exec.backends import make_backend
+
+    try:
+        made = make_backend(backend)
+    except (ValueError, ImportError) as ex:
+        _fail(str(ex))
+    return not made.simulated and made.judge_passes() is not None
+
+
 def _run_dir(root: Path, run: str | None) -> Path:
     from sil.review.runview import resolve_run
 
@@ -238,7 +260,7 @@ def run(
 
     loaded = _load(contract)
     if backend is not None and backend != loaded.contract.backend:
-        hint = " (an offline Petri contract: examples/program-petri-offline.md)" if backend == "petri" else ""
+        hint = _example_contract(backend)
         _fail(
             f"{contract} uses backend {loaded.contract.backend!r}, not {backend!r}; the backend is frozen "
             f"in the contract, so pass a contract written for it with --contract{hint}"
@@ -588,9 +610,10 @@ def noise(
 
     loaded = _load(contract)
     c = loaded.contract
-    if c.backend != "petri":
+    if not _splits_noise(c.backend):
         _fail(
-            f"{contract}: sil noise measures real audits; backend {c.backend!r} simulates them (use a petri contract)"
+            f"{contract}: sil noise measures real audits whose judge passes it can read apart; backend "
+            f"{c.backend!r} simulates them or keeps no passes apart (use a petri contract)"
         )
     root = Path.cwd()
     refusals = run_refusals(loaded, root)
@@ -643,7 +666,7 @@ def _runs_table(rows: list[OverviewRow]) -> Table:
         keeps = ", ".join(
             f"{a} {n}" + (f" ({r.demoted[a]} demoted)" if r.demoted.get(a) else "") for a, n in r.keeps.items()
         )
-        backend = f"{r.backend}{' (sim)' if r.simulated and r.backend != 'sim' else ''}"
+        backend = f"{r.backend}{' (sim)' if r.simulated else ''}"
         table.add_row(
             escape(r.run_id),
             escape(f"{r.contract_id} {(r.contract_hash or '')[:8]}"),

@@ -17,7 +17,7 @@ from sil.base.errors import ExitCode, Halt, Refused
 from sil.base.locks import LockedError, policy_lock, run_lock
 from sil.base.sshsig import SignatureError, Signer
 from sil.contract.approval import ApprovalError, frozen_measurement_hash
-from sil.contract.schema import LoadedContract, run_note
+from sil.contract.schema import LoadedContract
 from sil.exec.backends import make_backend
 from sil.exec.startchecks import most_seeds, planned_audits, start_checks
 from sil.integrity.witness import WitnessError, witness_from_env
@@ -38,13 +38,13 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     b = c.budget
     k = replicate_k or c.promotion.replicate_k
     backend = make_backend(c.backend)
-    note = run_note(c) if c.backend == "petri" else backend.note
+    note = backend.describe(c).note
     seeds = most_seeds(root / c.measurement.seed_library)
     plan = planned_audits(c)
     worst = plan.total * backend.audit_cost_bound(c, seeds)
     mutator_calls, mutator_usd = mutator_worst_case(c)
     canary_checks = len(PHASES)  # before every phase but the preflight, and at the end
-    canary_usd = canary_checks * canary_reserve(c, root / c.measurement.seed_library)
+    canary_usd = canary_checks * canary_reserve(c, root / c.measurement.seed_library, backend)
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "

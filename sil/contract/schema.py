@@ -13,21 +13,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import unicodedata
 from ipaddress import ip_address
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
+from sil.contract.backendsettings import V1_SECTIONS, BackendSettings, settings_model
 from sil.contract.certifies import certified_arms
-from sil.contract.simparams import SimParams
+from sil.contract.petriparams import PetriParams as PetriParams
 from sil_policy import SURFACES, describe_validation_errors
 from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE
 
-# built in: sim, petri; a package may register more (sil/exec/backends, entry point group `sil.backends`)
-Backend = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+# the audit backend's name: built in ones, or a package's (sil/exec/backends, entry point group `sil.backends`)
+BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+Backend = Annotated[str, Field(pattern=BACKEND_NAME)]
 ROLE_NAMES = ("auditor", "target", "judge", "mutator")
 Arm = Literal["never", "random", "gate"]
 LIVE_JUDGE_NOTE = "live audit: scores are a judge model's, with its noise"
@@ -381,19 +384,6 @@ class MutatorSettings(_Strict):
     catalogue: Annotated[str, Field(min_length=1, max_length=500)] | None = None
 
 
-class PetriParams(_Strict):
-    """Settings of the `petri` backend (Petri's `inspect_petri/audit` task; sil/exec/backends/petri.py)."""
-
-    # registry name of the Petri target agent that runs the runtime under test, and its params
-    target_agent: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] = "sil_runtime/runtime_target"
-    target_agent_params: dict[str, str] = {}
-    # seeds pre-register the runtime's tools ("fixed"); "synthetic" lets the auditor invent them
-    target_tools: Literal["fixed", "synthetic", "none"] = "fixed"
-    realism_filter: bool = False
-    # per-sample limit on tokens of all solver calls (auditor, target, realism): bounds the cost
-    sample_token_limit: Annotated[int, Field(ge=1_000, le=50_000_000)] = 300_000
-
-
 PROVIDER_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 RESOURCE_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
 
@@ -445,8 +435,10 @@ class Contract(_Strict):
     stop: StopRules = StopRules()
     arms: Annotated[list[Arm], Field(min_length=1)] = ["never", "random", "gate"]
     seed: int = 0
-    sim: SimParams | None = None
-    petri: PetriParams | None = None
+    # The backend's settings as its settings model validated them (every field, defaults filled
+    # in): written `backend: {kind: NAME, settings: {...}}`, or in a v1 contract as the built-in
+    # backend's own section (`backend: sim` and `sim: {...}`). None: none given (its defaults).
+    backend_settings: dict[str, JsonValue] | None = None
     mutator: MutatorSettings = MutatorSettings()
     executor: Executor = Executor()
     # Every role runs offline or on this machine: each non-offline role names a loopback
@@ -457,38 +449,35 @@ class Contract(_Strict):
     # filled in by parse_contract (never written in program.md), so part of contract_hash
     bound: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_settings(cls, data: Any) -> Any:
+        """The backend's settings, however written, validated by its settings model."""
+        if not isinstance(data, dict):
+            return data
+        data = backend_form(data)
+        kind = data.get("backend")
+        if isinstance(kind, str) and re.match(BACKEND_NAME, kind):
+            data["backend_settings"] = validated_settings(kind, data.get("backend_settings"))
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> Contract:
         if (self.parent is None) != (self.revision_reason is None):
             raise ValueError("parent and revision_reason go together: a revision names both")
-        if self.backend == "sim" and self.sim is None:
-            raise ValueError("backend 'sim' needs a 'sim' section with its parameters")
-        if self.backend != "sim" and self.sim is not None:
-            raise ValueError("the 'sim' section is only for backend 'sim'")
-        if self.backend != "petri" and self.petri is not None:
-            raise ValueError("the 'petri' section is only for backend 'petri'")
-        if self.backend == "sim":
-            real = [r for r in ("auditor", "target", "judge") if not getattr(self.models, r).model.startswith("sim/")]
-            if real:
-                raise ValueError(
-                    f"backend 'sim' audits with its simulated roles only; models {real} "
-                    "must be sim/<role> (use backend 'petri' for real models)"
-                )
+        self._own_roles()
         self._local_means_loopback()
-        self._petri_calls_bounded()
-        if self.backend != "sim":
-            unpriced = [
-                r
-                for r in ("auditor", "target", "judge")
-                if not getattr(self.models, r).offline
-                and getattr(self.models, r).price is None
-                and not self._free_role(r)
-            ]
-            if unpriced:
-                raise ValueError(
-                    f"models {unpriced} call paid models but have no price: add "
-                    "price: {input_per_mtok: ..., output_per_mtok: ...} so the budget can be enforced"
-                )
+        self._calls_bounded()
+        unpriced = [
+            r
+            for r in ("auditor", "target", "judge")
+            if not getattr(self.models, r).offline and getattr(self.models, r).price is None and not self._free_role(r)
+        ]
+        if unpriced:
+            raise ValueError(
+                f"models {unpriced} call paid models but have no price: add "
+                "price: {input_per_mtok: ..., output_per_mtok: ...} so the budget can be enforced"
+            )
         unread = [s for s in self.search_space.surfaces if s not in self.runtime.surfaces]
         if unread:
             raise ValueError(
@@ -516,13 +505,14 @@ class Contract(_Strict):
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
         return self
 
-    def _petri_calls_bounded(self) -> None:
-        """A paid role of a Petri run names the most tokens one of its calls can read.
+    def _calls_bounded(self) -> None:
+        """A paid role names the most tokens one of its calls can read, where the backend needs it.
 
-        Petri's sample token limit is checked after each call, so the call that crosses it is
-        paid in full: without the size of one call the run's worst case, and so its USD budget,
+        A backend whose sample token limit is checked after each call (Petri's) pays the call that
+        crosses it in full: without the size of one call the run's worst case, and so its USD budget,
         has no bound (a target reading 250k tokens against a 200k limit overran max_usd)."""
-        if self.backend != "petri":
+        model = settings_model(self.backend)
+        if model is None or not model.limit_checked_after_each_call:
             return
         unbounded = [r for r in ("auditor", "target", "judge") if getattr(self.models, r).paid]
         unbounded = [r for r in unbounded if getattr(self.models, r).context_tokens is None]
@@ -530,8 +520,29 @@ class Contract(_Strict):
             raise ValueError(
                 f"models {unbounded} are paid but have no context_tokens: give each the most tokens one "
                 "of its calls can read (its model's context window), so the budget can be enforced; "
-                "the call that crosses petri.sample_token_limit is paid in full"
+                "the call that crosses the backend's sample token limit is paid in full"
             )
+
+    def _own_roles(self) -> None:
+        """A backend that plays the audit roles itself names them by its prefix (e.g. sim/judge)."""
+        model = settings_model(self.backend)
+        prefix = model.own_roles_prefix if model else None
+        if prefix is None:
+            return
+        real = [r for r in ("auditor", "target", "judge") if not getattr(self.models, r).model.startswith(prefix)]
+        if real:
+            raise ValueError(
+                f"backend {self.backend!r} audits with its own simulated roles only; models {real} "
+                f"must be {prefix}<role> (use backend 'petri' for real models)"
+            )
+
+    def settings[S: BackendSettings](self, model: type[S]) -> S:
+        """The backend's settings as `model` (the backend's settings model) reads them."""
+        return model.model_validate(self.backend_settings or {})
+
+    def with_settings(self, settings: BackendSettings) -> Contract:
+        """This contract with other backend settings (validated again, so hashed as written)."""
+        return Contract.model_validate({**self.model_dump(), "backend_settings": settings.model_dump(mode="json")})
 
     def _free_role(self, role: str) -> bool:
         """A role served on this machine under `local: true` (a literal loopback base_url) at no price."""
@@ -577,17 +588,11 @@ class Contract(_Strict):
 
     @property
     def offline(self) -> bool:
-        """True when no role can reach a paid model."""
-        # the mutator calls its model on any backend; the sim backend's audit roles are simulated
-        audit_roles_offline = self.backend == "sim" or all(
-            getattr(self.models, r).offline for r in ("auditor", "target", "judge")
-        )
-        return audit_roles_offline and self.models.mutator.offline
+        """True when no role can reach a paid model (a simulating backend's roles are offline models)."""
+        return all(getattr(self.models, r).offline for r in ROLE_NAMES)
 
     def audit_providers(self) -> list[str]:
-        """The providers an audit calls (model name prefixes); `sim` for the simulated backend."""
-        if self.backend == "sim":
-            return ["sim"]
+        """The providers an audit calls (model name prefixes; `sim` for the simulated roles)."""
         return sorted({getattr(self.models, r).model.split("/", 1)[0] for r in ("auditor", "target", "judge")})
 
     def audits_in_flight(self) -> int:
@@ -599,6 +604,7 @@ class Contract(_Strict):
 
     def canonical_json(self) -> str:
         data = self.model_dump(mode="json")
+        data.update(v1_backend_layout(self.backend, data.pop("backend_settings")))
         if self.executor == Executor():  # contracts written before the executor existed keep their hash
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed
@@ -628,6 +634,85 @@ class Contract(_Strict):
     def dimensions(self) -> list[str]:
         p = self.promotion
         return [*p.target_dimensions, *p.critical_dimensions, *p.auxiliary_dimensions]
+
+
+def unknown_backend(name: object) -> str | None:
+    """Why `name` is no backend (with the nearest known name), or None if some package provides it."""
+    import difflib
+
+    from sil.contract.backendsettings import SETTINGS
+
+    if not isinstance(name, str) or settings_model(name) is not None:
+        return None
+    known = SETTINGS.names()
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return (
+        f"unknown backend {name!r}{hint} (known: {', '.join(known)}; a package adds one through the "
+        "'sil.backends' entry point group)"
+    )
+
+
+def backend_form(data: dict[str, Any]) -> dict[str, Any]:
+    """The contract data with its backend's kind in `backend` and its settings in `backend_settings`,
+    from `backend: {kind, settings}` or from a v1 contract's section of a built-in backend."""
+    data = dict(data)
+    spec = data.get("backend")
+    if isinstance(spec, dict):
+        extra = sorted(set(spec) - {"kind", "settings"})
+        if extra or "kind" not in spec:
+            raise ValueError(
+                f"backend must be a name or {{kind: NAME, settings: {{...}}}}; got the keys {sorted(spec)}"
+            )
+        if data.get("backend_settings") is not None:
+            raise ValueError("give the backend's settings once: in backend.settings, not also in backend_settings")
+        data["backend"], data["backend_settings"] = spec["kind"], spec.get("settings")
+    for section in V1_SECTIONS:
+        value = data.pop(section, None)
+        if value is None:
+            continue
+        if data.get("backend") != section:
+            raise ValueError(
+                unknown_backend(data.get("backend")) or f"the {section!r} section is only for backend {section!r}"
+            )
+        if data.get("backend_settings") is not None:
+            raise ValueError(f"give the backend's settings once: in the {section!r} section or in backend.settings")
+        data["backend_settings"] = value
+    return data
+
+
+def validated_settings(kind: str, raw: object) -> dict[str, JsonValue] | None:
+    """The settings as backend `kind`'s settings model reads them, every field filled in (None: none
+    given, and its model needs none)."""
+    model = settings_model(kind)
+    if model is None:
+        if raw is None:
+            return None  # a backend not installed here: `sil check` and `sil run` say so
+        raise ValueError(
+            f"backend {kind!r} is not installed, so its settings cannot be validated: install the package "
+            "that provides it (entry point group 'sil.backends')"
+        )
+    try:
+        settings = model.model_validate({} if raw is None else raw)
+    except ValidationError as ex:
+        where = kind if kind in V1_SECTIONS else "backend.settings"
+        detail = "; ".join(
+            f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}" for e in ex.errors()
+        )
+        need = f"needs settings (a {kind!r} section, or backend.settings)" if raw is None else "has invalid settings"
+        raise ValueError(f"backend {kind!r} {need}: {detail}") from None
+    return None if raw is None else settings.model_dump(mode="json")
+
+
+def v1_backend_layout(kind: str, settings: dict[str, JsonValue] | None) -> dict[str, Any]:
+    """The backend as hashed: the v1 layout, a top-level section per built-in backend (null but the
+    contract's own), a plugin's settings (if any) under `backend`; so a v1 contract keeps its hash."""
+    out: dict[str, Any] = dict.fromkeys(V1_SECTIONS)
+    if kind in V1_SECTIONS:
+        out[kind] = settings
+    elif settings is not None:
+        out["backend"] = {"kind": kind, "settings": settings}
+    return out
 
 
 def approval_free_reason(contract: Contract) -> str:

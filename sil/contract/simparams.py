@@ -1,15 +1,18 @@
 """The settings schema of the embedded simulated audit: the contract's `sim:` section.
 
 It lives with the simulated world, not the loop: the audit subprocess reads it from a file,
-so the simulated runtime never imports loop code. sil/contract/schema.py embeds it in the contract.
+so the simulated runtime never imports loop code. The contract holds it as the sim backend's
+settings (sil/contract/backendsettings.py).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sil.contract.backendsettings import BackendSettings
 
 Range = tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(ge=0)]]
 
@@ -56,10 +59,11 @@ class EffectMixture(BaseModel):
         )
 
 
-class SimParams(BaseModel):
+class SimParams(BackendSettings):
     """Parameters of the embedded simulated audit (see sil_runtime/sim/README.md)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # the simulated audit plays auditor, target and judge itself: sim/auditor, sim/target, sim/judge
+    own_roles_prefix: ClassVar[str | None] = "sim/"
 
     world_seed: int = 20261129
     landscape_seed: int = 7

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sil.base.diskspace import DiskFull, mentions_disk_error
 from sil.base.faults import crashpoint
 from sil.contract import prepare
+from sil.contract.backendsettings import BackendSettings, NoSettings
 from sil.contract.schema import Contract
 from sil.exec import attempts, auditproc, useproof, zygote
 from sil.exec.attempts import AuditStateUnknown
@@ -51,7 +52,7 @@ from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.integrity.records import AuditUse
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
-from sil_policy.evidence import AUDIT_DIR_ENV, TOKEN_COUNT_ENV, Evidence, Usage
+from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, TOKEN_COUNT_ENV, Evidence, Highlight, Usage
 from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
@@ -185,20 +186,157 @@ class MeasureContext:
         return cls(contract, root, seeds, dims, higher_better=higher, heldout_ids=heldout)
 
 
+@dataclass(frozen=True)
+class RunNote:
+    """What produced a run's scores, for its record, summary and `sil check`."""
+
+    note: str  # one honest line: simulated, a judge model's, fixed rules...
+    roles: dict[str, str] = field(default_factory=dict)  # what plays each role ({}: the note says it all)
+    token_counting: str = ""  # how tokens were counted ("": none were)
+
+
+@dataclass(frozen=True)
+class SeedNotes:
+    """What an audit shows a proposer about one seed besides its scores."""
+
+    highlights: list[Highlight]
+    excerpt: str | None = None  # e.g. the target's last answer
+
+
+# The backend's own judge of the canary's stored transcripts: (reference scores per transcript, tick) -> scores
+CanaryJudge = Callable[[Mapping[str, Mapping[str, float]], int], dict[str, dict[str, float]]]
+# A finished audit's judge passes, each one's mean over seeds per dimension: (result, context, passes) -> means
+JudgePassReader = Callable[["AuditResult", "MeasureContext", int], list[dict[str, float]]]
+
+
 class AuditBackend(Protocol):
-    """How one kind of audit runs as a subprocess and how its evidence is read back."""
+    """Everything the loop needs of an audit backend (docs/reference.md, "Writing a backend").
+
+    Required: `name`, `note`, `command` (the audit subprocess) and `read_evidence` (its result,
+    trusted or a `GapError`). The other members have defaults in `BackendBase`, which every
+    backend subclasses (a backend that does not is refused by `make_backend`, naming what it lacks).
+    """
 
     name: str
-    simulated: bool
     note: str  # one honest line for the run record and the summary
 
-    def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]: ...
+    @property
+    def simulated(self) -> bool:
+        """Whether the audit is simulated (no model is called): every result is marked so. Default False."""
+        ...
 
-    def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence: ...
+    @property
+    def settings_model(self) -> type[BackendSettings]:
+        """The model of the contract's `backend.settings` (read with `contract.settings(model)`). Default `NoSettings`."""
+        ...
+
+    @property
+    def warm_module(self) -> str | None:
+        """A module the audit command runs with `python -m`: a local run forks audits from a worker that has
+        imported it (sil/exec/zygote.py). Default None: every audit is a fresh subprocess."""
+        ...
+
+    @property
+    def crn_effect(self) -> str | None:
+        """Why `measurement.common_random_numbers` has no effect on this backend, if it has none
+        (`sil check` warns with it). Default None: it seeds the auditor of both arms alike."""
+        ...
+
+    @property
+    def example_contract(self) -> str | None:
+        """A contract written for this backend, for messages that ask for one. Default None."""
+        ...
+
+    def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
+        """The audit subprocess's command line (it may write files into `req.audit_dir` first)."""
+        ...
+
+    def read_evidence(self, req: AuditRequest, ctx: MeasureContext) -> Evidence:
+        """The finished audit's evidence, or `GapError` with the reason it cannot be trusted."""
+        ...
 
     def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
-        """The most one audit on `n_seeds` seeds can cost (USD)."""
+        """The most one audit on `n_seeds` seeds can cost (USD). Default 0 (no paid call)."""
         ...
+
+    def describe(self, contract: Contract) -> RunNote:
+        """What produces this contract's scores (the note) and what plays each role. Default: `note`."""
+        ...
+
+    def target_inputs_by_sample(
+        self, req: AuditRequest, ctx: MeasureContext
+    ) -> Mapping[str, str | useproof.SampleView] | None:
+        """Per sample, all text the target model was given, for the per-audit proof of use
+        (sil/exec/useproof.py). Default None: the backend cannot show it."""
+        ...
+
+    def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str | None:
+        """All text the target model was given in the audit, for the wiring preflight. Default: the
+        samples' texts joined, or None."""
+        ...
+
+    def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
+        """Per seed, what an evidence-reading proposer is shown of a finished audit. Default: the
+        highlights in the audit's `evidence.json`; {} when it cannot be read (the scores stand)."""
+        ...
+
+    def canary_judge(self, contract: Contract) -> CanaryJudge | None:
+        """The backend's own judge for the judge-drift canary (sil/run/canary.py). Default None: the
+        contract's judge model re-judges the stored transcripts."""
+        ...
+
+    def judge_passes(self) -> JudgePassReader | None:
+        """How `sil noise` reads a real audit's judge passes apart (sil/run/noise.py). Default None:
+        the backend keeps no passes apart, so `sil noise` refuses it before any audit."""
+        ...
+
+
+class BackendBase:
+    """The defaults of `AuditBackend`'s optional members; a backend subclasses it."""
+
+    name: str
+    note: str
+    simulated: bool = False
+    settings_model: type[BackendSettings] = NoSettings
+    warm_module: str | None = None
+    crn_effect: str | None = None
+    example_contract: str | None = None
+
+    def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
+        return 0.0
+
+    def describe(self, contract: Contract) -> RunNote:
+        return RunNote(note=self.note)
+
+    def target_inputs_by_sample(
+        self, req: AuditRequest, ctx: MeasureContext
+    ) -> Mapping[str, str | useproof.SampleView] | None:
+        return None
+
+    def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str | None:
+        by_sample = self.target_inputs_by_sample(req, ctx)
+        if by_sample is None:
+            return None
+        return "\n".join(v.text if isinstance(v, useproof.SampleView) else v for v in by_sample.values())
+
+    def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
+        try:
+            ev = Evidence.model_validate_json((audit_dir / EVIDENCE_FILE).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        return {s.seed_id: SeedNotes(list(s.highlights)) for s in ev.samples}
+
+    def canary_judge(self, contract: Contract) -> CanaryJudge | None:
+        return None
+
+    def judge_passes(self) -> JudgePassReader | None:
+        return None
+
+
+def missing_members(backend: object) -> list[str]:
+    """The `AuditBackend` members `backend` lacks (a plugin that does not subclass `BackendBase`)."""
+    members = {n for n in vars(AuditBackend) if not n.startswith("_")} | set(AuditBackend.__annotations__)
+    return sorted(m for m in members if not hasattr(backend, m))
 
 
 def read_evidence_file(path: Path) -> Evidence:
@@ -298,7 +436,7 @@ def runner_for(ctx: MeasureContext, audits_dir: Path, backend: AuditBackend | No
         from sil.exec import rayexec
 
         return rayexec.runner_for(ctx.contract, audits_dir, ctx.measurement_root)
-    module = getattr(backend, "warm_module", None)
+    module = backend.warm_module if backend is not None else None
     return LocalRunner(zygote.shared((module,), base_env()) if module else None)
 
 
@@ -480,17 +618,15 @@ def run_audit(
 def target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> str | None:
     """Everything the target model was given in the audit, if the backend can show it (None: it
     cannot). Raises GapError when it can but the audit's record of it is unreadable."""
-    reader: Callable[[AuditRequest, MeasureContext], str | None] | None = getattr(backend, "target_inputs", None)
-    return None if reader is None else reader(req, ctx)
+    return backend.target_inputs(req, ctx)
 
 
 def sample_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> useproof.Inputs:
     """What the target was given per sample (`target_inputs_by_sample`: its input text, or a
     `useproof.SampleView` that also holds the tools of each call), else the audit's inputs as a
     whole, else None: the backend cannot show them."""
-    reader: Callable[[AuditRequest, MeasureContext], Mapping[str, str | useproof.SampleView]] | None
-    reader = getattr(backend, "target_inputs_by_sample", None)
-    return target_inputs(req, ctx, backend) if reader is None else reader(req, ctx)
+    by_sample = backend.target_inputs_by_sample(req, ctx)
+    return backend.target_inputs(req, ctx) if by_sample is None else by_sample
 
 
 def with_use(result: AuditResult, req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> AuditResult:

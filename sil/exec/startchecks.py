@@ -21,7 +21,7 @@ from sil.base.sshsig import resolve_allowed_signers
 from sil.contract import prepare
 from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, ApprovalError, require_approval
 from sil.contract.history import LineageError, check_lineage
-from sil.contract.schema import Contract, LoadedContract, approval_free_reason, run_note
+from sil.contract.schema import Contract, LoadedContract, approval_free_reason
 from sil.exec import rayexec
 from sil.exec.auditcount import PlanCounts, plan_counts
 from sil.exec.backends import make_backend
@@ -235,8 +235,11 @@ def _crn(c: Contract) -> list[CheckItem]:
     """measurement.common_random_numbers on: say where it can and cannot act (a warning, never a refusal)."""
     if not c.measurement.common_random_numbers:
         return []
-    if c.backend == "sim":
-        why = "has no effect on the sim backend: its arms' noise correlation is sim.pair_correlation"
+    try:
+        why = make_backend(c.backend).crn_effect
+    except (ValueError, ImportError):
+        why = None  # the backend check says why it cannot be made
+    if why is not None:
         return [CheckItem(name="crn", status="warn", detail=f"measurement.common_random_numbers {why}")]
     auditor = c.models.auditor.model
     provider = auditor.split("/", 1)[0]
@@ -287,9 +290,8 @@ def _backend(c: Contract) -> CheckItem:
         backend = make_backend(c.backend)
     except (ValueError, ImportError) as ex:
         return CheckItem(name="backend", status="fail", detail=str(ex))
-    # a Petri run's note names what plays the judge (a model, or the rule-based judge), as the run's does
-    note = run_note(c) if c.backend == "petri" else backend.note
-    return CheckItem(name="backend", status="ok", detail=f"{c.backend}: {note}")
+    # the note names what produces the scores (e.g. a judge model or fixed rules), as the run's does
+    return CheckItem(name="backend", status="ok", detail=f"{c.backend}: {backend.describe(c).note}")
 
 
 def _budget(c: Contract, root: Path) -> CheckItem:

@@ -8,8 +8,9 @@ of any contract dimension larger than `measurement.canary_max_shift` means the j
 changed (a model update behind the same name), and the run halts with the reason recorded.
 Never-arm pairs cannot see this: a judge shift moves both arms alike.
 
-Re-judging: on the sim backend by the simulated judge (its drift knob is
-`sim.judge_drift_per_tick`); on the petri backend by the contract's judge model, called in
+Re-judging: by the backend's own judge where it has one (`AuditBackend.canary_judge`: the sim
+backend's simulated judge, whose drift knob is `sim.judge_drift_per_tick`); else (the petri
+backend) by the contract's judge model, called in
 this process with Petri's own judging prompt (the pinned inspect-petri's), the measurement's
 rubric (descriptions in the prompt, guides in the `answer` tool's fields) and the stored
 transcript, so a judge that drifts only on the audits' prompt drifts here too. A paid judge's re-judging is asked of the run's
@@ -34,7 +35,7 @@ import yaml
 from sil.base.errors import Halt
 from sil.contract import prepare
 from sil.contract.schema import Contract, RoleModel
-from sil.contract.simparams import SimParams
+from sil.exec.measure import AuditBackend
 from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
 from sil.integrity.records import CanaryRecord, Keys
 from sil.run.context import RunContext
@@ -75,13 +76,6 @@ def load_canary(measurement_root: Path) -> list[CanaryItem]:
             raise Halt(f"canary transcript {path} has no 'reference: {{dimension: score}}' front matter")
         items.append(CanaryItem(path.stem, {str(k): float(v) for k, v in reference.items()}, body.strip(), rubric))
     return items
-
-
-def sim_rejudge(items: list[CanaryItem], params: SimParams, tick: int) -> dict[str, dict[str, float]]:
-    """The simulated judge's scores of the stored transcripts at `tick` (it drifts with its knob)."""
-    lo, hi = SCORE_RANGE
-    shift = params.judge_drift_per_tick * tick
-    return {i.id: {d: float(np.clip(v + shift, lo, hi)) for d, v in i.reference.items()} for i in items}
 
 
 @dataclass(frozen=True)
@@ -199,8 +193,8 @@ def _priced(judge: RoleModel, item: CanaryItem, out: ModelOutput) -> float:
 
 
 def rejudge(rc: RunContext, items: list[CanaryItem], label: str) -> Rejudged:
-    if rc.contract.sim is not None:
-        return Rejudged(scores=sim_rejudge(items, rc.contract.sim, rc.state.tick))
+    if (own := rc.backend.canary_judge(rc.contract)) is not None:
+        return Rejudged(scores=own({i.id: i.reference for i in items}, rc.state.tick))
     judge, dims = rc.contract.models.judge, rc.contract.dimensions()
     return model_rejudge(items, judge, dims, rc.run_dir / CANARY_DIR, label, rc.rounds.wall_left())
 
@@ -214,9 +208,9 @@ def mean_shift(items: list[CanaryItem], scores: dict[str, dict[str, float]], dim
     return out
 
 
-def reserve(contract: Contract, measurement_root: Path) -> float:
+def reserve(contract: Contract, measurement_root: Path, backend: AuditBackend) -> float:
     """The USD to hold back for the final re-judging, so the audits cannot spend it first."""
-    if contract.measurement.canary_max_shift is None or contract.sim is not None:
+    if contract.measurement.canary_max_shift is None or backend.canary_judge(contract) is not None:
         return 0.0
     try:
         return cost_bound(contract.models.judge, load_canary(measurement_root))
@@ -257,7 +251,7 @@ def measure_shift(rc: RunContext, label: str, limit: float) -> CanaryRecord:
         raise Halt(f"measurement.canary_max_shift is set but {rc.measure.measurement_root / CANARY_DIR} is empty")
     if label == END_LABEL:
         rc.rounds.reserve_usd = 0.0  # what was held back for this last re-judging
-    bound = 0.0 if rc.contract.sim is not None else cost_bound(rc.contract.models.judge, items)
+    bound = 0.0 if rc.backend.canary_judge(rc.contract) is not None else cost_bound(rc.contract.models.judge, items)
     if bound and (why := rc.rounds.usd_left(bound)):
         raise Halt(f"judge-drift canary ({label}) not run: {why}; raise budget.max_usd to re-judge")
     unusable = None

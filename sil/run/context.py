@@ -37,6 +37,11 @@ class RunContext:
     measure: MeasureContext
 
     @property
+    def note(self) -> str:
+        """What produces this run's scores, in one line (the backend's note for its contract)."""
+        return self.backend.describe(self.contract).note
+
+    @property
     def contract(self) -> Contract:
         return self.loaded.contract
 

@@ -22,12 +22,11 @@ import subprocess
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from sil.contract.schema import RUBRIC_PREFIX, Contract, LoadedContract
-from sil.exec.measure import AuditRequest, AuditResult, MeasureContext, run_audits
+from sil.exec.measure import AuditRequest, AuditResult, JudgePassReader, MeasureContext, run_audits
 from sil.policies.store import read_policy_dir
 
 KS = (1, 2, 4)
@@ -73,30 +72,6 @@ def with_measurement(contract: Contract, **changes: object) -> Contract:
     return Contract.model_validate(data)
 
 
-def pass_means(result: AuditResult, ctx: MeasureContext, passes: int) -> list[dict[str, float]]:
-    """Each judge pass's mean over seeds, per dimension, read from the audit's log."""
-    from inspect_ai.log import read_eval_log
-
-    from sil.exec.backends.petri import judge_keys
-    from sil.exec.backends.rubric import observe
-
-    assert result.log_path is not None
-    log = read_eval_log(result.log_path, resolve_attachments=True)
-    rule_based = ctx.contract.models.judge.model.startswith(RUBRIC_PREFIX)
-    out = []
-    for key in judge_keys(passes):
-        per_seed: list[dict[str, float]] = []
-        for sample in log.samples or []:
-            if rule_based:  # the rules re-applied to the same transcript: this is the re-judging
-                scores = observe(sample.messages).scores(list(ctx.dimensions))
-                per_seed.append({d: float(v) for d, v in scores.items()})
-            else:
-                value: Any = (sample.scores or {})[key].value
-                per_seed.append({d: float(value[d]) for d in ctx.dimensions})
-        out.append({d: float(np.mean([s[d] for s in per_seed])) for d in ctx.dimensions})
-    return out
-
-
 def _requests(
     run_dir: Path, tag: str, pairs: int, hashes: dict[str, str], policy_dir: Path, crn: bool
 ) -> list[AuditRequest]:
@@ -128,7 +103,7 @@ class Design:
     pairs: int = 0
 
 
-def _diffs(results: list[AuditResult], ctx: MeasureContext, passes: int) -> Design:
+def _diffs(results: list[AuditResult], ctx: MeasureContext, passes: int, pass_means: JudgePassReader) -> Design:
     design = Design(diffs={d: [] for d in ctx.dimensions}, judge={d: [] for d in ctx.dimensions}, gaps=[])
     for a, b in zip(results[::2], results[1::2], strict=True):
         bad = [r for r in (a, b) if not r.ok]
@@ -155,6 +130,9 @@ def measure_noise(loaded: LoadedContract, root: Path, pairs: int, passes: int, o
     k_audit = 1 if rule_based else passes  # a rule-based judge is re-applied in-process instead
     policy_set, _ = read_policy_dir(root / POLICIES)
     backend = make_backend(base.backend)
+    reader = backend.judge_passes()
+    if reader is None:  # `sil noise` refuses it first; this guards a direct call
+        raise ValueError(f"backend {base.backend!r} keeps no judge passes apart: its noise cannot be split")
     start = time.monotonic()
     designs: dict[str, Design] = {}
     results_all: list[AuditResult] = []
@@ -163,7 +141,7 @@ def measure_noise(loaded: LoadedContract, root: Path, pairs: int, passes: int, o
         ctx = MeasureContext.from_contract(contract, root)
         results = run_audits(_requests(out_dir, tag, pairs, policy_set.hashes, root / POLICIES, crn), ctx, backend)
         results_all += results
-        designs[tag] = _diffs(results, ctx, passes)
+        designs[tag] = _diffs(results, ctx, passes, reader)
     free, crn_d = designs["free"], designs["crn"]
     ok = [r for r in results_all if r.ok]
     report = NoiseReport(

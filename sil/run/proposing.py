@@ -62,7 +62,7 @@ class CandidateSource:
     def ask(self, arm: ArmState, champion: dict[str, dict[str, Any]]) -> Mutation | None:
         """The proposer's next mutation; None after a recorded gap or when the arm is done."""
         rc, index = self.rc, arm.candidates
-        context = self.context(arm) if getattr(self.proposer, "reads_evidence", False) else None
+        context = self.context(arm) if self.proposer.reads_evidence else None
         proposal = self.proposer.propose(
             ProposalRequest(
                 champion,

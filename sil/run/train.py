@@ -41,8 +41,6 @@ from sil.contract.schema import (
     LoadedContract,
     approval_free_reason,
     load_contract,
-    run_note,
-    token_counting,
 )
 from sil.exec import measure
 from sil.exec.backends import make_backend
@@ -208,8 +206,6 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
     project = run_project(cfg.repo_root)
     measure_ctx = MeasureContext.from_contract(contract, cfg.repo_root)
     backend = make_backend(contract.backend)
-    if contract.backend == "petri":
-        backend.note = run_note(contract)
     store = PolicyStore(cfg.run_dir)
     ledger = Ledger(cfg.run_dir / "ledger.jsonl", offline=contract.offline, simulated=backend.simulated)
     stored = RunState.load(cfg.run_dir)
@@ -234,7 +230,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
 
     journal = Journal.open(cfg.run_dir, ledger, new_state, cfg.on_event)
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(cfg.before_audits, cfg.anchor))
-    rounds.reserve_usd = canary_reserve(contract, measure_ctx.measurement_root)
+    rounds.reserve_usd = canary_reserve(contract, measure_ctx.measurement_root, backend)
     rc = RunContext(
         loaded=loaded,
         promotion=promotion,
@@ -267,6 +263,7 @@ def run_project(root: Path) -> str:
 
 def run_record(rc: RunContext, trust: Trust, project: str) -> RunRecord:
     c = rc.contract
+    described = rc.backend.describe(c)
     return RunRecord(
         contract_id=c.contract_id,
         contract_hash=c.contract_hash,
@@ -278,10 +275,10 @@ def run_record(rc: RunContext, trust: Trust, project: str) -> RunRecord:
         seed=c.seed,
         replicate_k=rc.promotion.replicate_k,
         approval=rc.approval_id,
-        note=rc.backend.note,
+        note=described.note,
         trust=trust,
-        roles=c.role_kinds() if c.backend == "petri" else {},
-        token_counting=token_counting(c) if c.backend == "petri" else "",
+        roles=described.roles,
+        token_counting=described.token_counting,
         project=project,
     )
 
@@ -412,7 +409,7 @@ def execute_run(
             records = list(read_records(run_dir / "ledger.jsonl"))
             if before_summary is not None:
                 before_summary()  # e.g. the progress bar leaves the screen first
-            render(build_summary(rc.state, records, loaded.contract, rc.backend.note, rc.measure.higher_better), out)
+            render(build_summary(rc.state, records, loaded.contract, rc.note, rc.measure.higher_better), out)
             out.print(f"ledger: {run_dir / 'ledger.jsonl'}  (verify: sil ledger verify {run_id})")
             return ExitCode.HALTED if rc.state.phase == "halted" else ExitCode.OK
     except LockedError as ex:

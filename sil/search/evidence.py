@@ -1,8 +1,8 @@
 """Evidence for proposers that read it: the champion's recent audits and this run's history.
 
-Layer L2 (I/O primitive): reads this run's ledger records and the audits' own evidence
-(`evidence.json` on the sim backend, the `.eval` log on the Petri backend); never the audit
-world. `build_context` assembles a `MutatorContext` with explicit size bounds, and
+Reads this run's ledger records and, through the run's backend (`AuditBackend.seed_notes`),
+what its audits show of each seed (the sim backend's `evidence.json`, the Petri backend's
+`.eval` log); never the audit world. `build_context` assembles a `MutatorContext` with explicit size bounds, and
 `check_citation` resolves an evidence citation against the run's ledger. Only audits of the
 search seeds are evidence: held-out audits, their seeds and transcripts never reach a proposer.
 
@@ -30,9 +30,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from sil.contract.schema import Contract
+from sil.exec.backends import make_backend
+from sil.exec.measure import AuditBackend, SeedNotes
 from sil.integrity.ledger import RecordBook
 from sil.integrity.records import AuditRecord, EffectRecord, MutationRecord, VerdictRecord
-from sil_policy.evidence import EVIDENCE_FILE, Evidence, Highlight
+from sil_policy.evidence import Highlight
 
 MAX_HIGHLIGHTS = 4
 MAX_TEXT = 300
@@ -210,47 +212,14 @@ def _clip(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _sim_details(run_dir: Path, rec: AuditRecord) -> dict[str, tuple[list[Highlight], str | None]]:
-    path = run_dir / "audits" / rec.audit_id / EVIDENCE_FILE
-    try:
-        ev = Evidence.model_validate_json(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return {s.seed_id: (list(s.highlights), None) for s in ev.samples}
-
-
-def _petri_details(rec: AuditRecord) -> dict[str, tuple[list[Highlight], str | None]]:
-    """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
-    if not rec.log_path:
-        return {}
-    try:
-        from inspect_ai.log import read_eval_log
-
-        log = read_eval_log(rec.log_path)
-    except Exception:  # an unreadable log only means less evidence; the scores stand
-        return {}
-    out: dict[str, tuple[list[Highlight], str | None]] = {}
-    for sample in log.samples or []:
-        notes: list[Highlight] = []
-        for score in (sample.scores or {}).values():
-            if score.explanation:
-                values = score.value if isinstance(score.value, dict) else {}
-                numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
-                worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
-                notes.append(Highlight(dimension=worst, text=_clip(str(score.explanation))))
-        answers = [m for m in sample.messages if m.role == "assistant" and m.text]
-        excerpt = _clip(answers[-1].text) if answers else None
-        out[str(sample.id)] = (notes, excerpt)
-    return out
-
-
-def _audit_evidence(run_dir: Path, rec: AuditRecord) -> AuditEvidence:
-    details = _sim_details(run_dir, rec) if rec.backend == "sim" else _petri_details(rec)
+def _audit_evidence(run_dir: Path, rec: AuditRecord, backend: AuditBackend) -> AuditEvidence:
+    notes_by_seed = backend.seed_notes(run_dir / "audits" / rec.audit_id, rec.log_path)
     seeds = []
     for seed, scores in sorted(rec.scores.items()):
-        notes, excerpt = details.get(seed, ([], None))
-        notes = [h.model_copy(update={"text": _clip(h.text)}) for h in notes[:MAX_HIGHLIGHTS]]
-        seeds.append(SeedEvidence(seed=seed, scores=scores, highlights=notes, excerpt=excerpt))
+        notes = notes_by_seed.get(seed, SeedNotes([]))
+        highlights = [h.model_copy(update={"text": _clip(h.text)}) for h in notes.highlights[:MAX_HIGHLIGHTS]]
+        excerpt = _clip(notes.excerpt) if notes.excerpt is not None else None
+        seeds.append(SeedEvidence(seed=seed, scores=scores, highlights=highlights, excerpt=excerpt))
     return AuditEvidence(audit_id=rec.audit_id, round=rec.round, seeds=seeds)
 
 
@@ -293,7 +262,8 @@ def build_context(book: RecordBook, run_dir: Path, arm: str, champion_set: str, 
     truncated = []
     if len(mine) > keep:
         truncated.append(f"showing the {keep} most recent of {len(mine)} audits of the champion")
-    shown = [_audit_evidence(run_dir, a) for a in reversed(mine[-keep:])]
+    backend = make_backend(contract.backend)  # it reads its own audits' records
+    shown = [_audit_evidence(run_dir, a, backend) for a in reversed(mine[-keep:])]
     messages = {
         a.audit_id: {s.seed: [h.message for h in s.highlights if h.message is not None] for s in a.seeds} for a in shown
     }

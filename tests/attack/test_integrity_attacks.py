@@ -12,7 +12,7 @@ from inspect_ai.model import ChatMessageSystem, GenerateConfig, ModelOutput
 
 from sil.contract.schema import Contract, load_contract
 from sil.exec.backends.petri import sample_evidence
-from sil.exec.measure import GapError
+from sil.exec.measure import BackendBase, GapError
 from tests.conftest import REPO
 from tests.fake_backends import EvidenceFileBackend, evidence_command, reporting_samples
 
@@ -183,6 +183,7 @@ def canary_rc(tmp_path: Path, limit: float = 1.0):
     contract = Contract.model_validate(data)
     return SimpleNamespace(
         contract=contract,
+        backend=BackendBase(),  # no judge of its own: the contract's judge model re-judges
         measure=SimpleNamespace(measurement_root=REPO / "measurement"),
         rounds=SimpleNamespace(reserve_usd=0.0, usd_left=lambda bound: None, wall_left=lambda: None),
         state=SimpleNamespace(tick=0, usd=0.0),

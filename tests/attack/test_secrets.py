@@ -88,7 +88,7 @@ def test_canary_never_persists(workspace: Path, canaries: dict[str, str]) -> Non
     for result in results:
         led.append("audit", result, run_id="r1")
     write_checkpoint(led.path, workspace, None)
-    paid = contract.model_copy(update={"backend": "petri", "sim": None})
+    paid = contract.model_copy(update={"backend": "petri", "backend_settings": None})
     approve(paid, workspace, "alice@example.org", 1)
 
     # The named credential did reach the audit (so the grep below is not vacuous) ...
@@ -125,6 +125,7 @@ def test_parent_dotenv_is_not_loaded_by_the_audit(workspace: Path) -> None:
     canary = f"sk-CANARY-{secrets.token_hex(8)}"
     (workspace / ".env").write_text(f"SIL_DOTENV_CANARY={canary}\n")
     contract = load_contract(workspace / "program.md").contract
+    contract = contract.model_copy(update={"backend": "petri", "backend_settings": None})  # Petri's defaults
     ctx = MeasureContext.from_contract(contract, workspace)
     req = _requests(workspace, 1)[0]
     measure.prepare_audit_dir(req)  # what run_audit does before any backend starts

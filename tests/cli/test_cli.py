@@ -102,6 +102,13 @@ def test_backend_flag_must_match_the_contract(workspace, in_dir) -> None:
     assert result.exit_code == 2 and "program-petri-offline" in result.output
 
 
+def test_noise_refuses_a_backend_whose_judge_passes_it_cannot_read(workspace, in_dir) -> None:
+    in_dir(workspace)
+    result = invoke("noise")
+    assert result.exit_code == 2 and "backend 'sim' simulates them or keeps no passes apart" in result.output
+    assert not (workspace / "docs" / "results").exists()  # refused before any audit
+
+
 def test_sim_backend_refuses_real_model_names(workspace, in_dir) -> None:
     in_dir(workspace)
     edit_contract(workspace / "program.md", "target: {model: sim/target}", "target: {model: anthropic/claude-x}")

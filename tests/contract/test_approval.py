@@ -45,7 +45,9 @@ def real_contract() -> Contract:
         r: {"model": f"anthropic/claude-{r}-20261001", **role} for r in ("auditor", "target", "judge", "mutator")
     }
     parent = load_contract(REPO / "program.md").contract.contract_hash  # recorded in env's contract history
-    data.update(backend="petri", sim=None, parent=parent, revision_reason="paid run", contract_id="sil-real")
+    data.update(
+        backend="petri", backend_settings=None, parent=parent, revision_reason="paid run", contract_id="sil-real"
+    )
     data["petri"] = {"target_agent_params": {"mode": "strict"}}
     data["measurement"]["canary_max_shift"] = None  # the canary runs on the sim backend only
     contract = Contract.model_validate(data)

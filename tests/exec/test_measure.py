@@ -15,7 +15,7 @@ import pytest
 from sil.contract.schema import load_contract
 from sil.exec import measure
 from sil.exec.backends.sim import SimBackend
-from sil.exec.measure import AuditRequest, MeasureContext, run_audit
+from sil.exec.measure import AuditRequest, BackendBase, MeasureContext, run_audit
 from sil.policies.store import PolicyStore
 from sil_policy import SURFACES
 from sil_policy.evidence import EVIDENCE_FILE
@@ -45,7 +45,7 @@ def request_for(workspace: Path):
     return make
 
 
-class ScriptBackend:
+class ScriptBackend(BackendBase):
     """A stand-in audit process given as Python source; it writes whatever evidence we want."""
 
     name = "script"

@@ -16,6 +16,7 @@ import pytest
 
 from sil.contract import prepare
 from sil.contract.schema import load_contract
+from sil.contract.simparams import SimParams
 from sil.exec import measure
 from sil.exec.backends.sim import SimBackend
 from sil_policy import SURFACES, canonical_bytes, content_hash
@@ -25,7 +26,7 @@ from sil_runtime.sim.landscape import critical_dimensions, edits, latent_field
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = load_contract(REPO / "program.md").contract
-PARAMS = CONTRACT.sim
+PARAMS = CONTRACT.settings(SimParams)
 RUBRIC = prepare.load_rubric(prepare.MEASUREMENT_DIR)
 DIMS = [d.name for d in RUBRIC]
 TARGET = PARAMS.landscape_target

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sil.contract.schema import load_contract
+from sil.contract.simparams import SimParams
 from sil.exec import attempts, auditproc, measure, zygote
 from sil.exec.auditproc import AuditTimedOut
 from sil.exec.backends.sim import SimBackend
@@ -56,8 +57,7 @@ def request(workspace: Path, audit_id: str, tick: int = 0, run: str = "run", **k
 
 
 def with_sim(ctx: MeasureContext, **updates) -> MeasureContext:
-    assert ctx.contract.sim is not None
-    contract = ctx.contract.model_copy(update={"sim": ctx.contract.sim.model_copy(update=updates)})
+    contract = ctx.contract.with_settings(ctx.contract.settings(SimParams).model_copy(update=updates))
     return replace(ctx, contract=contract)
 
 

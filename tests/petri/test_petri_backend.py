@@ -131,7 +131,7 @@ def test_worst_case_cost_from_prices_and_token_limits(tmp_path: Path) -> None:
             ),
         }
     )
-    paid = free.model_copy(update={"models": models, "petri": PetriParams(sample_token_limit=100_000)})
+    paid = free.model_copy(update={"models": models}).with_settings(PetriParams(sample_token_limit=100_000))
     # the limit, plus the call that crosses it (the auditor's whole context and longest answer);
     # the judge reads the offline target's transcript, whose size is not given: its own largest call
     per_sample = (100_000 + 204_000) * 15 / 1e6 + 3 * 2_000_000 * 25 / 1e6

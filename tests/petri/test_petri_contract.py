@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sil.contract.petriparams import PetriParams
 from sil.contract.schema import ContractError, parse_contract
 from tests.petri_support import OFFLINE_CONTRACT
 
@@ -13,8 +14,9 @@ TEXT = OFFLINE_CONTRACT.read_text()
 def test_offline_example_contract_is_offline_with_petri_defaults() -> None:
     c = parse_contract(TEXT).contract
     assert c.backend == "petri" and c.offline
-    assert c.petri.target_agent == "sil_runtime/runtime_target" and c.petri.target_tools == "fixed"
-    assert c.petri.realism_filter is False
+    petri = c.settings(PetriParams)
+    assert petri.target_agent == "sil_runtime/runtime_target" and petri.target_tools == "fixed"
+    assert petri.realism_filter is False
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import pytest
 
 from sil.contract.schema import load_contract
 from sil.exec.backends import make_backend
-from sil.exec.measure import GapError, MeasureContext
+from sil.exec.measure import BackendBase, GapError, MeasureContext
 from sil.run.preflight import run_preflight, sentinel_document
 from sil_policy import SURFACES, canonical_bytes, content_hash, validate_document
 from sil_runtime.policy_loader import default_document
@@ -84,7 +84,7 @@ def test_a_disconnected_loader_fails_with_its_name(sim_ctx: MeasureContext, work
     assert report.model_dump()["passed"] is False  # recorded as such in the ledger
 
 
-class NoEvidenceBackend:
+class NoEvidenceBackend(BackendBase):
     name = "broken"
     simulated = True
 

@@ -18,7 +18,7 @@ from sil.run.arms import CandidateArm, NeverArm, arm_state
 from sil.run.baseline import baseline_phase
 from sil.run.replication import judge_replication
 from sil.run.train import RunConfig, open_run
-from sil.search.proposers import Proposal, ProposalRequest, make_proposer
+from sil.search.proposers import Proposal, ProposalRequest, ProposerBase, make_proposer
 from sil.search.proposers.catalogue import CatalogueProposer
 from sil.stats.fitness import RoundStat
 from sil.stats.judges import GateJudge, Outcome
@@ -45,7 +45,7 @@ def open_with_git(root: Path, run_id: str):
     return open_run(load_contract(root / "program.md"), cfg, measurement_hash="m" * 64)
 
 
-class SameEdit:
+class SameEdit(ProposerBase):
     """A proposer that proposes one fixed mutation, whatever the arm."""
 
     def __init__(self, mutation) -> None:

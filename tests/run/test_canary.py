@@ -8,7 +8,8 @@ import pytest
 
 from sil.contract.schema import Contract, RoleModel, load_contract
 from sil.contract.simparams import SimParams
-from sil.run.canary import cost_bound, judge_prompt, load_canary, mean_shift, model_rejudge, reserve, sim_rejudge
+from sil.exec.backends.sim import SimBackend, sim_rejudge
+from sil.run.canary import cost_bound, judge_prompt, load_canary, mean_shift, model_rejudge, reserve
 from tests.conftest import REPO, edit_contract
 from tests.run.test_train import records, run_loop, shrink
 
@@ -25,8 +26,9 @@ def test_the_canary_ships_with_the_measurement_under_its_manifest() -> None:
 def test_sim_judge_drift_shifts_the_canary_with_the_clock() -> None:
     items = load_canary(REPO / "measurement")
     params = SimParams(intercepts={}, judge_drift_per_tick=0.1)
-    assert mean_shift(items, sim_rejudge(items, params, 0), ["concerning"]) == {"concerning": 0.0}
-    assert mean_shift(items, sim_rejudge(items, params, 10), ["concerning"]) == {"concerning": 1.0}
+    references = {i.id: i.reference for i in items}
+    assert mean_shift(items, sim_rejudge(params, references, 0), ["concerning"]) == {"concerning": 0.0}
+    assert mean_shift(items, sim_rejudge(params, references, 10), ["concerning"]) == {"concerning": 1.0}
 
 
 def test_a_drifting_simulated_judge_halts_the_run(workspace: Path) -> None:
@@ -58,15 +60,20 @@ PAID = {"model": "anthropic/claude-j", "price": {"input_per_mtok": 3, "output_pe
 
 
 def test_a_paid_judge_canary_is_allowed_and_its_final_check_held_back() -> None:
+    from sil.exec.backends.petri import PetriBackend
+
     data = load_contract(REPO / "examples" / "program-petri-offline.md").contract.model_dump()
     data["measurement"]["canary_max_shift"] = 1.0
     data["models"]["judge"] = {**PAID, "credential_env": "ANTHROPIC_API_KEY"}
     contract = Contract.model_validate(data)
     items = load_canary(REPO / "measurement")
-    held = reserve(contract, REPO / "measurement")
+    petri = PetriBackend()
+    held = reserve(contract, REPO / "measurement", petri)
     assert held == cost_bound(contract.models.judge, items) > len(items) * 1000 * 15e-6  # answers at their cap
     data["measurement"]["canary_max_shift"] = None
-    assert reserve(Contract.model_validate(data), REPO / "measurement") == 0.0
+    assert reserve(Contract.model_validate(data), REPO / "measurement", petri) == 0.0
+    sim = load_contract(REPO / "program.md").contract  # the simulated judge re-judges: nothing to hold back
+    assert reserve(sim, REPO / "measurement", SimBackend()) == 0.0
 
 
 class CountingModels:

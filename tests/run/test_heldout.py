@@ -191,7 +191,9 @@ def test_evidence_of_the_wrong_seed_set_is_a_gap(workspace: Path, audit) -> None
 
 
 def test_petri_task_runs_the_requested_seed_folder(audit) -> None:
-    _, ctx = audit
+    _, sim_ctx = audit
+    petri = sim_ctx.contract.model_copy(update={"backend": "petri", "backend_settings": None})  # Petri's defaults
+    ctx = dataclasses.replace(sim_ctx, contract=petri)
     assert task_args(ctx)["seed_instructions"].endswith("/seeds")
     assert task_args(ctx, "heldout")["seed_instructions"].endswith("/heldout")
     assert {k: v for k, v in task_args(ctx).items() if k != "seed_instructions"} == {

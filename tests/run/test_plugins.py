@@ -2,7 +2,9 @@
 
 The throw-away package below is found only through its entry points (`sil.backends`,
 `sil.proposers`), the way an installed extension is; `sil run` then audits with its backend
-and asks its proposer for candidates.
+and asks its proposer for candidates. The backend's settings are the contract's
+(`backend: {kind: echo, settings: {...}}`), validated by its own settings model and hashed with
+the contract.
 """
 
 from __future__ import annotations
@@ -16,35 +18,57 @@ from pathlib import Path
 
 import pytest
 
-from sil.contract.schema import load_contract, parse_contract
+from sil.contract.schema import ContractError, load_contract, parse_contract
 from sil.exec import backends
 from sil.search import proposers
 from tests.conftest import REPO
 from tests.run.test_train import shrink
 
 PLUGIN = """
-from pathlib import Path
-
+from sil.contract.backendsettings import BackendSettings
+from sil.contract.simparams import SimParams
 from sil.exec.backends import register_backend
 from sil.exec.backends.sim import SimBackend
-from sil.search.proposers import register_proposer
+from sil.exec.measure import RunNote
+from sil.search.proposers import ProposerBase, register_proposer
 from sil.search.proposers.catalogue import CatalogueProposer
 
 TAG = "[sil_echo] "
+
+
+class EchoSettings(BackendSettings):
+    label: str  # the plugin's own setting
+    world: SimParams  # the simulated world it audits in
 
 
 @register_backend("echo")
 class EchoBackend(SimBackend):
     name = "echo"
     note = "echo backend: the simulated audit, run through a plugin"
+    settings_model = EchoSettings
+
+    def params(self, contract):
+        return contract.settings(EchoSettings).world
+
+    def describe(self, contract):
+        return RunNote(note=f"{self.note}, label {contract.settings(EchoSettings).label}")
+
+
+class Incomplete:  # implements the required members only, without BackendBase's defaults
+    name = "incomplete"
+    note = "no hooks"
 
     def command(self, req, ctx):
-        cmd = super().command(req, ctx)  # the world's settings come from the plugin, not the contract
-        (req.audit_dir / "sim_params.json").write_text((Path(__file__).parent / "params.json").read_text())
-        return cmd
+        return []
+
+    def read_evidence(self, req, ctx):
+        raise NotImplementedError
 
 
-class Tagged:
+register_backend("incomplete")(Incomplete)
+
+
+class Tagged(ProposerBase):
     name = "offline/first-edit"
 
     def __init__(self, inner):
@@ -69,16 +93,30 @@ def make_plugin(where: Path) -> Path:
     """A package `sil_echo` with installed-package metadata declaring its entry points."""
     where.mkdir()
     (where / "sil_echo.py").write_text(PLUGIN)
-    sim = load_contract(REPO / "program.md").contract.sim
-    assert sim is not None
-    (where / "params.json").write_text(sim.model_dump_json())
     meta = where / "sil_echo-0.1.dist-info"
     meta.mkdir()
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: sil-echo\nVersion: 0.1\n")
     (meta / "entry_points.txt").write_text(
-        "[sil.backends]\necho = sil_echo\n\n[sil.proposers]\noffline/first-edit = sil_echo:first_edit\n"
+        "[sil.backends]\necho = sil_echo\nincomplete = sil_echo\n\n"
+        "[sil.proposers]\noffline/first-edit = sil_echo:first_edit\n"
     )
     return where
+
+
+def echo_contract(text: str, label: str = "first", world_seed: int = 20261129) -> str:
+    """A sim contract turned into one for the echo backend: the `sim:` section becomes the
+    plugin's `world` setting, beside its own `label`."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("sim:"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    world = [
+        "      world_seed: " + str(world_seed) + "\n" if line.strip().startswith("world_seed:") else "    " + line
+        for line in lines[start + 1 : end]
+    ]
+    head = ["backend:\n", "  kind: echo\n", "  settings:\n", f"    label: {label}\n", "    world:\n", *world]
+    body = [line for line in lines[:start] if not line.startswith("backend:")]
+    at = next(i for i, line in enumerate(body) if line.startswith("contract_id:")) + 1
+    return "".join([*body[:at], *head, *body[at:], *lines[end:]])
 
 
 @pytest.fixture
@@ -94,6 +132,39 @@ def test_entry_points_make_the_plugin_discoverable(plugin_path: Path) -> None:
     assert "offline/first-edit" in proposers.available()
 
 
+def test_a_plugins_settings_are_validated_by_its_model_and_hashed(plugin_path: Path) -> None:
+    from sil.contract.simparams import SimParams
+
+    text = (REPO / "program.md").read_text()
+    first = parse_contract(echo_contract(text)).contract
+    assert first.backend == "echo" and first.backend_settings is not None
+    assert first.backend_settings["label"] == "first"
+    world = SimParams.model_validate(first.backend_settings["world"])
+    assert world == load_contract(REPO / "program.md").contract.settings(SimParams)
+    relabelled = parse_contract(echo_contract(text, label="second")).contract
+    reseeded = parse_contract(echo_contract(text, world_seed=7)).contract
+    hashes = {first.contract_hash, relabelled.contract_hash, reseeded.contract_hash}
+    assert len(hashes) == 3  # every setting is bound by the contract hash
+    assert first.contract_hash == parse_contract(echo_contract(text)).contract.contract_hash
+    with pytest.raises(ContractError, match=r"backend 'echo' has invalid settings: backend\.settings\.label"):
+        parse_contract(echo_contract(text).replace("    label: first\n", "", 1))
+    with pytest.raises(ContractError, match=r"backend\.settings\.colour: Extra inputs are not permitted"):
+        parse_contract(echo_contract(text).replace("    label: first\n", "    label: first\n    colour: red\n", 1))
+
+
+def test_settings_of_a_backend_that_is_not_installed_are_refused() -> None:
+    text = (REPO / "program.md").read_text()
+    with pytest.raises(ContractError, match="backend 'nowhere' is not installed, so its settings cannot be validated"):
+        parse_contract(echo_contract(text).replace("kind: echo", "kind: nowhere", 1))
+
+
+def test_a_backend_without_the_ports_defaults_is_refused_naming_what_it_lacks(plugin_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"lacks audit_cost_bound, canary_judge, .*subclass sil\.exec\.measure\.BackendBase"
+    ):
+        backends.make_backend("incomplete")
+
+
 def test_an_unknown_backend_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown audit backend 'nope'; known: .*petri.*sim"):
         backends.make_backend("nope")
@@ -107,11 +178,8 @@ def test_builtin_names_cannot_be_taken() -> None:
 def test_a_run_uses_the_plugins_backend_and_proposer(tmp_path: Path, workspace: Path) -> None:
     plugin = make_plugin(tmp_path / "plugin")
     contract = shrink(workspace) / "program.md"
-    text = contract.read_text()
-    text = text.replace("backend: sim ", "backend: echo ", 1)
+    text = echo_contract(contract.read_text(), label="blue", world_seed=4242)
     text = text.replace("mutator: {model: scripted/mutator}", "mutator: {model: offline/first-edit}", 1)
-    text = re.sub(r"(?ms)^sim:.*?(?=^---)", "", text, count=1)  # the sim section is the sim backend's
-    text = re.sub(r"canary_max_shift: 1.0", "canary_max_shift: null", text, count=1)  # it would call sim/judge
     contract.write_text(text)
     env = {**os.environ, "PYTHONPATH": str(plugin)}
     sil = Path(sys.executable).parent / "sil"
@@ -120,7 +188,12 @@ def test_a_run_uses_the_plugins_backend_and_proposer(tmp_path: Path, workspace: 
     records = [json.loads(line) for line in (workspace / "state/runs/p1/ledger.jsonl").read_text().splitlines()]
     run = next(r["payload"] for r in records if r["type"] == "contract")
     assert run["backend"] == "echo" and run["models"]["mutator"] == "offline/first-edit"
-    assert run["note"].startswith("echo backend")
+    assert run["note"] == "echo backend: the simulated audit, run through a plugin, label blue"
+    # the audits ran in the world the contract's settings describe
+    worlds = {
+        json.loads(p.read_text())["world_seed"] for p in (workspace / "state/runs/p1/audits").glob("*/sim_params.json")
+    }
+    assert worlds == {4242}
     hypotheses = [r["payload"]["mutation"]["hypothesis"] for r in records if r["type"] == "mutation"]
     assert hypotheses and all(h.startswith("[sil_echo] ") for h in hypotheses)
 

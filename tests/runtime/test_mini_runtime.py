@@ -40,7 +40,7 @@ def installed(tmp: Path) -> str:
 
 def mini_ctx(ws: Path, tmp: Path, mode: str = "honest") -> MeasureContext:
     data = load_contract(CONTRACT).contract.model_dump()
-    data["petri"]["target_agent_params"] = {"mode": mode}
+    data["backend_settings"]["target_agent_params"] = {"mode": mode}
     ctx = MeasureContext.from_contract(Contract.model_validate(data), ws)
     return dataclasses.replace(ctx, extra_env={"PYTHONPATH": installed(tmp)})
 

@@ -32,15 +32,34 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from inspect_ai.event import InfoEvent, ModelEvent, ScoreEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 from sil.contract import prepare
-from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, PetriParams, RoleModel
-from sil.exec.measure import AuditRequest, GapError, MeasureContext
+from sil.contract.petriparams import PetriParams
+from sil.contract.schema import (
+    LIVE_JUDGE_NOTE,
+    RUBRIC_PREFIX,
+    Contract,
+    ContractError,
+    RoleModel,
+    run_note,
+    token_counting,
+)
+from sil.exec.measure import (
+    AuditRequest,
+    AuditResult,
+    BackendBase,
+    GapError,
+    JudgePassReader,
+    MeasureContext,
+    RunNote,
+    SeedNotes,
+)
 from sil.exec.modelcalls import trusted_tokens
 from sil.exec.useproof import SampleView, TargetCall
-from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
+from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, Highlight, SampleEvidence, Usage
 
 TASK = "inspect_petri/audit"
 SCORER = "audit_judge"
@@ -69,12 +88,18 @@ CRN_SEED_BITS = 31  # a non-negative int every provider's API accepts as a seed
 REPO_ROOT = Path(prepare.__file__).resolve().parents[2]
 
 
-class PetriBackend:
+class PetriBackend(BackendBase):
     """`AuditBackend` for real audits: Petri in the audit subprocess, evidence from its log."""
 
     name = "petri"
     simulated = False
-    note = LIVE_JUDGE_NOTE  # train.open_run sets the contract's own (contract.run_note)
+    note = LIVE_JUDGE_NOTE  # a run's own names what plays its judge (`describe`)
+    settings_model = PetriParams  # the contract's `petri:` section
+    example_contract = "examples/program-petri-offline.md"  # offline: no model call, no cost
+
+    def describe(self, contract: Contract) -> RunNote:
+        """The note names what plays the judge (a model, local or not, or the rule-based judge)."""
+        return RunNote(note=run_note(contract), roles=contract.role_kinds(), token_counting=token_counting(contract))
 
     def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
         return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
@@ -150,12 +175,9 @@ class PetriBackend:
             notes=[f"inspect view --log-dir {path.parent}"],
         )
 
-    def target_inputs(self, req: AuditRequest, ctx: MeasureContext) -> str:
-        """All text the target model was given in this audit, for the preflight."""
-        return "\n".join(view.text for view in self.target_inputs_by_sample(req, ctx).values())
-
     def target_inputs_by_sample(self, req: AuditRequest, ctx: MeasureContext) -> dict[str, SampleView]:
-        """Per sample, what the target model was given: for the per-audit proof of use."""
+        """Per sample, what the target model was given (its text, and the tools of each call):
+        for the per-audit proof of use."""
         path = find_log(req.audit_dir / LOG_DIR)
         try:
             log = read_eval_log(str(path), resolve_attachments=True)
@@ -206,9 +228,55 @@ def idle_samples(log: EvalLog) -> list[str]:
     """Samples in which the target model was never called: a reply there is the runtime's own."""
     return [sample_key(s) for s in log.samples or [] if not target_calls(s)]
 
+    def judge_passes(self) -> JudgePassReader:
+        return pass_means
+
+    def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
+        """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
+        if not log_path:
+            return {}
+        try:
+            log = read_eval_log(log_path)
+        except Exception:  # an unreadable log only means less evidence; the scores stand
+            return {}
+        out: dict[str, SeedNotes] = {}
+        for sample in log.samples or []:
+            notes: list[Highlight] = []
+            for score in (sample.scores or {}).values():
+                if score.explanation:
+                    values = score.value if isinstance(score.value, dict) else {}
+                    numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
+                    worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
+                    notes.append(Highlight(dimension=worst, text=str(score.explanation)))
+            answers = [m for m in sample.messages if m.role == "assistant" and m.text]
+            out[str(sample.id)] = SeedNotes(notes, answers[-1].text if answers else None)
+        return out
+
+
+def pass_means(result: AuditResult, ctx: MeasureContext, passes: int) -> list[dict[str, float]]:
+    """Each judge pass's mean over seeds, per dimension, read from the audit's log (a rule-based
+    judge's rules re-applied to the same transcript are its re-judging)."""
+    from sil.exec.backends.rubric import observe  # inspect's scorer and solver modules: only when asked
+
+    assert result.log_path is not None
+    log = read_eval_log(result.log_path, resolve_attachments=True)
+    rule_based = ctx.contract.models.judge.model.startswith(RUBRIC_PREFIX)
+    out = []
+    for key in judge_keys(passes):
+        per_seed: list[dict[str, float]] = []
+        for sample in log.samples or []:
+            if rule_based:
+                scores = observe(sample.messages).scores(list(ctx.dimensions))
+                per_seed.append({d: float(v) for d, v in scores.items()})
+            else:
+                value: Any = (sample.scores or {})[key].value
+                per_seed.append({d: float(value[d]) for d in ctx.dimensions})
+        out.append({d: float(np.mean([s[d] for s in per_seed])) for d in ctx.dimensions})
+    return out
+
 
 def params(contract: Contract) -> PetriParams:
-    return contract.petri or PetriParams()
+    return contract.settings(PetriParams)
 
 
 def task_args(ctx: MeasureContext, seed_set: prepare.SeedSet = "search") -> dict[str, Any]:

@@ -19,7 +19,15 @@ from pathlib import Path
 
 from sil.base.registry import Registry
 from sil.contract.schema import LoadedContract, catalogue_path
-from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest, Proposer, ProposerError
+from sil.search.proposers.base import (
+    MutatorCall,
+    Proposal,
+    ProposalRequest,
+    Proposer,
+    ProposerBase,
+    ProposerError,
+    conforming,
+)
 from sil.search.proposers.catalogue import OFFLINE_CATALOGUE, CatalogueProposer, load_catalogue
 from sil.search.proposers.llm import LLMProposer
 
@@ -31,6 +39,7 @@ __all__ = [
     "Proposal",
     "ProposalRequest",
     "Proposer",
+    "ProposerBase",
     "ProposerError",
     "available",
     "make_proposer",
@@ -71,7 +80,7 @@ def make_proposer(loaded: LoadedContract) -> Proposer:
     except ImportError as ex:
         raise ProposerError(str(ex)) from None
     if factory is not None:
-        return factory(loaded)
+        return conforming(factory(loaded), model)
     if model.startswith("offline/"):
         raise ProposerError(
             f"unknown offline proposer {model!r}; available: {', '.join(available())}, or an "

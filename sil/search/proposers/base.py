@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from sil.policies.mutation import Mutation
+from sil.search.evidence import MutatorContext
 
 
 class ProposerError(ValueError):
@@ -39,7 +40,7 @@ class ProposalRequest:
     index: int  # the candidate's number in its arm
     run_seed: int
     arm: str = ""
-    context: Any = None  # evidence and history for evidence-reading proposers
+    context: MutatorContext | None = None  # evidence and history, for proposers that read evidence
     spend: Callable[[float], str | None] = field(default=_no_limit)  # why up to $x may not be spent
     work_dir: Path | None = None  # where a proposer keeps raw model outputs
     attempt: int = 0  # the arm's proposer gaps so far for this candidate: a retry is a new question
@@ -75,8 +76,31 @@ class Proposal(BaseModel):
 
 
 class Proposer(Protocol):
+    """What the loop asks of a proposer (docs/reference.md, "Writing a proposer")."""
+
     name: str
+    # True: the loop builds `request.context` (this run's evidence and history) for it; False
+    # (the default in `ProposerBase`): the context is None and building it is skipped
+    reads_evidence: bool
 
     def propose(self, request: ProposalRequest) -> Proposal:
         """One candidate (or an exhausted/gap answer) for this request."""
         ...
+
+
+class ProposerBase:
+    """The defaults of `Proposer`'s optional members; a proposer subclasses it."""
+
+    name: str
+    reads_evidence: bool = False
+
+
+def conforming(proposer: Proposer, model: str) -> Proposer:
+    """The proposer a plugin's factory built, refused (naming what it lacks) unless it has every member."""
+    missing = sorted(m for m in ("name", "reads_evidence", "propose") if not hasattr(proposer, m))
+    if missing:
+        raise ProposerError(
+            f"proposer {model!r} ({type(proposer).__name__}) lacks {', '.join(missing)}: subclass "
+            "sil.search.proposers.ProposerBase, which gives every optional member its default"
+        )
+    return proposer

@@ -30,7 +30,7 @@ from sil.policies.mutation import (
     value_at,
     value_hash,
 )
-from sil.search.proposers.base import Proposal, ProposalRequest, ProposerError
+from sil.search.proposers.base import Proposal, ProposalRequest, ProposerBase, ProposerError
 
 CATALOGUE_PATH = Path(__file__).resolve().with_name("catalogue.yaml")
 OFFLINE_CATALOGUE = "offline/catalogue"
@@ -119,7 +119,7 @@ def default_catalogue() -> tuple[CatalogueEdit, ...]:
 # --- the offline proposer --------------------------------------------------------------------
 
 
-class CatalogueProposer:
+class CatalogueProposer(ProposerBase):
     """Draws one eligible catalogue edit per round, weighted toward the target dimensions."""
 
     name = OFFLINE_CATALOGUE

@@ -33,7 +33,7 @@ from sil.contract.schema import LoadedContract, template_path
 from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
 from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
-from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest
+from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest, ProposerBase
 from sil_policy import SURFACES
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def render_prompt(loaded: LoadedContract, champion: dict[str, dict[str, Any]], c
             notes = [*ctx.truncated, f"prompt size: kept the {len(history)} most recent tried edits"]
 
 
-class LLMProposer:
+class LLMProposer(ProposerBase):
     """One mutation per request from an inspect-ai model, checked before any audit."""
 
     reads_evidence = True
