@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,9 +52,21 @@ def normalise(obj: Any) -> Any:
     return obj
 
 
+# Floats may differ in their last digits between machines (BLAS kernels, summation order) with
+# no change of behaviour: a change that matters moves a verdict, a count or a score beyond this.
+REL_TOL = 1e-9
+
+
+def _numbers(old: Any, new: Any) -> bool:
+    return all(isinstance(x, int | float) and not isinstance(x, bool) for x in (old, new))
+
+
 def differences(old: Any, new: Any, where: str = "") -> Iterator[str]:
-    """Every path at which the two normalised values differ."""
-    if isinstance(old, dict) and isinstance(new, dict):
+    """Every path at which the two normalised values differ (floats beyond a relative 1e-9)."""
+    if _numbers(old, new):
+        if not math.isclose(old, new, rel_tol=REL_TOL, abs_tol=1e-12):
+            yield f"{where}: {old!r} -> {new!r}"
+    elif isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
             if key not in new or key not in old:
                 yield f"{where}.{key}: only in {'old' if key in old else 'new'}"

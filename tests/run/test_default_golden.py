@@ -32,6 +32,11 @@ def test_ledgerdiff_sees_a_changed_verdict_and_ignores_times() -> None:
     assert compare(old, same) == []
     assert compare(old, other) == ["record 0 (verdict).payload.verdict: 'KEEP' -> 'REVERT'"]
     assert compare(old, old + same) == ["record count 1 -> 2"]
+    near = [{"type": "noise", "payload": {"sigma": 0.475325744588629}}]
+    last_digit = [{"type": "noise", "payload": {"sigma": 0.475325744588289}}]
+    moved = [{"type": "noise", "payload": {"sigma": 0.4754}}]
+    assert compare(near, last_digit) == [], "a last-digit float difference between machines is no change"
+    assert compare(near, moved) == ["record 0 (noise).payload.sigma: 0.475325744588629 -> 0.4754"]
 
 
 @pytest.mark.slow
