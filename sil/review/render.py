@@ -166,7 +166,11 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["models", ", ".join(f"{k}={v}" for k, v in d.models.items())],
         ["phase", d.phase + (f" (halted: {d.halt_reason})" if d.halt_reason else "")],
         ["approval", t.approval],
-        ["ledger", f"{'verified' if t.ledger_ok else 'DOES NOT VERIFY'}: {t.records} records, head {t.head_hash[:16]}"],
+        [
+            "ledger",
+            f"{'verified' if t.ledger_ok else 'DOES NOT VERIFY'}: {t.records} records, head {t.head_hash[:16]}"
+            + "".join(f"; {e}" for e in t.errors),
+        ],
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],
