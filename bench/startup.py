@@ -1,6 +1,6 @@
 """How long `sil --version`, `sil runs` and `sil status` take to start, and what they import.
 
-    python -m bench.startup --project /path/with/a/finished/run [--repeat 5] [--baseline /path/to/other/checkout]
+    python -m bench.startup --project /path/with/a/finished/run [--run RUN] [--repeat 5] [--baseline /path/to/other/checkout]
 
 Writes docs/results/startup.md (command, date, commit, machine and its load, then the
 median and range of each command's wall time and the heavy modules `import sil.cli.app` pulls
@@ -28,7 +28,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "results" / "startup.md"
-COMMANDS = (["--version"], ["runs"], ["status"])
 CACHED = ("runs", "status")
 HEAVY = ("scipy", "matplotlib", "inspect_ai", "ray", "numpy", "pandas", "pyarrow", "pydantic")
 
@@ -106,7 +105,10 @@ def main() -> None:
     ap.add_argument("--project", type=Path, required=True, help="a project folder with at least one run")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--baseline", type=Path, help="another checkout (e.g. of main) to time alongside")
+    ap.add_argument("--run", help="the run `sil status` shows (default: the latest)")
+    ap.add_argument("--note", default="", help="how the project was made, for the results file")
     args = ap.parse_args()
+    commands = (["--version"], ["runs"], ["status", *([args.run] if args.run else [])])
     sil = shutil.which("sil", path=str(Path(sys.executable).parent)) or "sil"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
     load = os.getloadavg()
@@ -114,6 +116,7 @@ def main() -> None:
         "# Start-up time of everyday `sil` commands",
         "",
         f"- command: `python -m bench.startup --project {args.project} --repeat {args.repeat}"
+        + (f" --run {args.run}" if args.run else "")
         + (f" --baseline {args.baseline}`" if args.baseline else "`"),
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         f"- commit: {commit.stdout.strip() or 'unknown'}",
@@ -121,11 +124,12 @@ def main() -> None:
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
         *conditions(args.project),
+        *([f"- project made: {args.note}"] if args.note else []),
         "",
         "| command | code | median wall s | min wall s | max wall s | median CPU s |",
         "|---|---|---|---|---|---|",
     ]
-    for c in COMMANDS:
+    for c in commands:
         for cached in (False, True) if c[0] in CACHED else (False,):
             label = f"sil {' '.join(c)}" + ((" (cache kept)" if cached else " (empty cache)") if c[0] in CACHED else "")
             mine, base = _timed(sil, c, args, cached)

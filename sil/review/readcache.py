@@ -133,7 +133,9 @@ def overviews(run_dirs: list[Path]) -> list[RunOverview]:
     rows = []
     for run_dir in run_dirs:
         root = run_dir.parents[2]
-        cache = caches.setdefault(root, ViewCache(root))
+        if root not in caches:  # the refs and the code are read once per project
+            caches[root] = ViewCache(root)
+        cache = caches[root]
         key = cache.key("overview", run_dir)
         stored = cache.get(key)
         if stored is not None:

@@ -22,7 +22,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
 from sil.store.champion import ChampionStatus, champions
@@ -36,6 +36,7 @@ LONG_FLOAT = re.compile(r"-?\d+\.\d{4,}")
 
 
 class Verdict(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `sil runs` needs only its row
     arm: str
     mutation_id: str
     verdict: str
@@ -43,6 +44,7 @@ class Verdict(BaseModel):
 
 
 class RunStatus(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `sil runs` needs only its row
     run_id: str
     running: bool
     phase: str

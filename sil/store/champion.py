@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # the models alone are light: `sil runs` reads a cached row without the record models
     from sil.integrity.ledger import Record
@@ -31,6 +31,7 @@ def demotion_words(cause: str, mutation_id: str | None) -> str:
 
 
 class Demotion(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `sil runs` needs only its row
     cause: Literal["certification", "replication"]
     policy_set: str
     mutation_id: str | None
@@ -42,6 +43,7 @@ class Demotion(BaseModel):
 
 
 class ChampionStatus(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `sil runs` needs only its row
     arm: str
     set_id: str
     changed: bool  # differs from the run's starting policy
