@@ -4,7 +4,8 @@ The ledger is the run's verified account; state.json and contract.json are conve
 it that anyone can edit. Every view and `sil run` hold them to the ledger: the contract snapshot
 must hash to the contract the run record names, the state must name that contract and
 measurement, and its counters (audits, gaps, each arm's KEEPs, and the spend the `stop` record
-states) must be the ledger's. A snapshot that disagrees is reported, never shown as the run's.
+states) must be the ledger's once the run finished; before, they may lag the ledger (a crash
+between a record and the state's save; the loop recounts on resume) but never exceed it. A snapshot that disagrees is reported, never shown as the run's.
 
     problems = snapshot_problems(state, contract, records)   # [] when they agree
     counts = ledger_counts(records)                          # audits, gaps, KEEPs per arm
@@ -78,19 +79,26 @@ def snapshot_problems(state: RunState | None, contract: Contract | None, counts:
     return problems
 
 
+def _off(stated: int, recorded: int, finished: bool) -> bool:
+    """The ledger is written before the state: an interrupted run's state may lag it (the loop
+    recounts on resume), but never run ahead of it, and a finished run's must equal it."""
+    return stated != recorded if finished else stated > recorded
+
+
 def _state_problems(state: RunState, run: RunRecord, counts: LedgerCounts) -> list[str]:
     differ = []
+    finished = counts.stopped_usd is not None
     if state.contract_hash != run.contract_hash:
         differ.append(f"contract {state.contract_hash[:12]} (ledger {run.contract_hash[:12]})")
     if state.measurement_hash != run.measurement_hash:
         differ.append(f"measurement {state.measurement_hash[:12]} (ledger {run.measurement_hash[:12]})")
-    if state.audits != counts.audits:
+    if _off(state.audits, counts.audits, finished):
         differ.append(f"audits {state.audits} (ledger {counts.audits})")
-    if state.gaps != counts.gaps:
+    if _off(state.gaps, counts.gaps, finished):
         differ.append(f"gaps {state.gaps} (ledger {counts.gaps})")
     for arm in sorted({*state.arms, *counts.keeps}):
         kept = state.arms[arm].keeps if arm in state.arms else 0
-        if kept != counts.keeps.get(arm, 0):
+        if _off(kept, counts.keeps.get(arm, 0), finished):
             differ.append(f"{arm} KEEPs {kept} (ledger {counts.keeps.get(arm, 0)})")
     if counts.stopped_usd is not None and abs(state.usd - counts.stopped_usd) > USD_TOLERANCE * max(1.0, state.usd):
         differ.append(f"USD {state.usd:.4f} (ledger's stop record {counts.stopped_usd:.4f})")

@@ -356,3 +356,22 @@ def test_the_view_cache_sees_an_edit_that_keeps_the_size_and_mtime(copy_of, tmp_
     assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
     row = json.loads(sil(copy_of, "runs", "--json", env=env).stdout)[0]
     assert not row["verified"] and "hash does not match" in row["verify_note"]
+
+
+def test_an_interrupted_runs_state_may_lag_the_ledger_but_never_run_ahead(done) -> None:  # noqa: F811
+    from sil.integrity.ledger import read_records
+    from sil.store.binding import ledger_counts, snapshot_problems
+    from sil.store.runstate import RunState
+
+    run_dir = done / "state" / "runs" / RUN
+    records = list(read_records(run_dir / "ledger.jsonl"))
+    state = RunState.load(run_dir)
+    assert state is not None and snapshot_problems(state, None, ledger_counts(records)) == []
+    last_stop = max(r.seq for r in records if r.type == "stop")
+    unfinished = ledger_counts(records[:last_stop])  # as if it was killed before its stop
+    behind = state.model_copy(update={"audits": unfinished.audits - 1})
+    assert snapshot_problems(behind, None, unfinished) == []  # a crash before the state's save
+    ahead = state.model_copy(update={"audits": unfinished.audits + 1})
+    assert any("audits" in p for p in snapshot_problems(ahead, None, unfinished))
+    finished = ledger_counts(records)
+    assert any("audits" in p for p in snapshot_problems(behind, None, finished))
