@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# the views' cache (sil/review/readcache.py) of this test session, never the user's
+os.environ["SIL_CACHE_DIR"] = tempfile.mkdtemp(prefix="sil-test-views-")
 
 
 @pytest.fixture

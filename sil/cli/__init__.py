@@ -1,3 +1,3 @@
 """The `sil` command: typer app, the review commands around a run, the live progress display."""
 
-__all__ = ["app", "commands", "plaintext", "progress"]
+__all__ = ["app", "commands", "progress"]

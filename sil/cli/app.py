@@ -34,17 +34,15 @@ from rich.console import Console
 from rich.markup import escape
 
 from sil.base.errors import ExitCode, Refused
-from sil.cli import plaintext
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from sil.contract.schema import LoadedContract
-    from sil.review.statusfacts import OverviewRow
+    from sil.review.status import RunOverview
 
 # Everything else is imported inside the command that needs it: `sil --version`, `sil runs`
-# and `sil status` start without scipy, matplotlib, inspect-ai or ray (tests/test_review_trust.py),
-# and `sil runs` and `sil status` without pydantic (tests/review/test_glance.py).
+# and `sil status` start without scipy, matplotlib, inspect-ai or ray (tests/review/test_review_trust.py).
 
 # `sil --help`, `sil runs --help` and `sil status --help` are declared here (HelpOpt), not by
 # typer: typer coerces its own --help, left at None, through a pydantic validator, and importing
@@ -57,7 +55,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     context_settings=HELP_NAMES,
 )
-plaintext.install()  # and a RUN argument is read as typed, not through a pydantic validator
 ledger_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, context_settings=HELP_NAMES)
 app.add_typer(ledger_app, name="ledger", help="Review and verify a run's ledger.")
 # piped output is not cut at 80 columns: tables and summaries keep their full text
@@ -641,14 +638,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).
 
 @app.command("runs", add_help_option=False)
 def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
-    """List every run: contract, backend, phase, audits/budget, USD, KEEPs, hash chain and checkpoints."""
+    """List every run: contract, backend, phase, audits/budget, USD, KEEPs, gate champion, and whether
+    its ledger verifies as `sil ledger verify` checks it here (with SIL_ALLOWED_SIGNERS, SIL_WITNESS)."""
     require_project()
-    from sil.review.glance import overview
+    from sil.review.readcache import overviews
     from sil.review.runpaths import run_dirs
 
-    rows = [overview(d) for d in run_dirs(Path.cwd())]
+    rows = overviews(run_dirs(Path.cwd()))
     if as_json:
-        sys.stdout.write(json.dumps([r._asdict() for r in rows], indent=1) + "\n")
+        sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in rows], indent=1) + "\n")
         return
     if not rows:
         out.print("no runs yet under state/runs; start one with `sil run`")
@@ -656,11 +654,11 @@ def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
     out.print(_runs_table(rows))
 
 
-def _runs_table(rows: list[OverviewRow]) -> Table:
+def _runs_table(rows: list[RunOverview]) -> Table:
     from rich.table import Table
 
     table = Table()
-    for col in ("run", "contract", "backend", "phase", "audits", "USD", "KEEP (arm)", "gate champion", "ledger"):
+    for col in ("run", "contract", "backend", "phase", "audits", "USD", "KEEP (arm)", "gate champion", "ledger verify"):
         table.add_column(col)
     for r in rows:
         keeps = ", ".join(
@@ -670,13 +668,13 @@ def _runs_table(rows: list[OverviewRow]) -> Table:
         table.add_row(
             escape(r.run_id),
             escape(f"{r.contract_id} {(r.contract_hash or '')[:8]}"),
-            backend,
-            r.phase,
+            escape(backend),
+            escape(r.phase),
             f"{r.audits}/{r.max_audits or '?'}",
             f"{r.usd:.2f}",
-            keeps,
+            escape(keeps),
             escape(r.champion),
-            "ok" if r.verified else f"[red]FAILS[/] {escape(r.verify_note)}",
+            f"ok: {escape(r.verify_note)}" if r.verified else f"[red]FAILS[/] {escape(r.verify_note)}",
         )
     return table
 
@@ -687,19 +685,18 @@ def status(
     as_json: JsonOpt = False,
     show_help: HelpOpt = False,
 ) -> None:
-    """Where a run stands: phase, arm, candidate, look k of K, audits and USD vs budget, α spent, ETA."""
+    """Where a run stands: phase, arm, candidate, look k of K, audits and USD vs budget, α spent, ETA,
+    and whether its ledger verifies (as `sil ledger verify` checks it here)."""
     require_project()
-    if as_json:
-        from sil.review.runview import load_run
-        from sil.review.status import run_status
-
-        sys.stdout.write(run_status(load_run(_run_dir(Path.cwd(), run))).model_dump_json(indent=1) + "\n")
-        return
     from sil.review import runpaths
-    from sil.review.glance import status as glance_status
-    from sil.review.statusfacts import status_lines
+    from sil.review.readcache import status_of
+    from sil.review.status import status_lines
 
-    for line in status_lines(glance_status(_resolved(runpaths.resolve_run, Path.cwd(), run))):
+    st = status_of(_resolved(runpaths.resolve_run, Path.cwd(), run))
+    if as_json:
+        sys.stdout.write(st.model_dump_json(indent=1) + "\n")
+        return
+    for line in status_lines(st):
         out.print(escape(line), highlight=False)
 
 

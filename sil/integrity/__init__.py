@@ -1,3 +1,3 @@
 """Tamper evidence: ledger record types, the hash-chained ledger, checkpoints, the outside witness and `sil ledger verify`."""
 
-__all__ = ["chain", "checkpoint", "gitrefs", "ledger", "quickcheck", "records", "verify", "witness"]
+__all__ = ["checkpoint", "gitrefs", "ledger", "records", "verify", "witness"]

@@ -31,7 +31,15 @@ from sil.integrity.gitrefs import PROJECT_REF as PROJECT_REF
 from sil.integrity.gitrefs import REF_PREFIX as REF_PREFIX
 from sil.integrity.gitrefs import CheckpointError as CheckpointError
 from sil.integrity.gitrefs import anchor_repo as anchor_repo
-from sil.integrity.ledger import GENESIS, Record, VerifyReport, check_run_id, read_snapshot, verify_bytes
+from sil.integrity.ledger import (
+    GENESIS,
+    Record,
+    VerifyReport,
+    check_run_id,
+    parsed_lines,
+    read_snapshot,
+    verify_bytes,
+)
 from sil.integrity.projectid import project_id as project_id
 from sil.integrity.witness import Witness, WitnessEntry, WitnessError
 
@@ -138,7 +146,7 @@ def start_conflict(ledger_path: Path, repo_dir: Path | None, run_id: str) -> str
     if last is None:
         return None
     cp = git.read_checkpoints([last])[0]
-    data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+    data = read_snapshot(ledger_path)
     if not data:
         return (
             f"run {run_id} was checkpointed before (its last checkpoint, {cp.created_at}, covers "
@@ -161,7 +169,7 @@ def verify_against_checkpoints(
     ledger_path: Path, repo_dir: Path, allowed_signers: Path | None, *, run_id: str | None = None
 ) -> VerifyReport:
     """`verify_file` plus every checkpoint: truncation, rewrites, and signatures if given."""
-    data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+    data = read_snapshot(ledger_path)
     base = verify_bytes(data)
     run_id = run_id or run_id_of(ledger_path, data)
     checkpoints = read_checkpoints(repo_dir, run_id)
@@ -181,7 +189,7 @@ def verify_against_checkpoints(
 def run_id_of(ledger_path: Path, data: bytes | None = None) -> str:
     """The run id in the ledger's first record, else the run directory's name."""
     if data is None:
-        data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+        data = read_snapshot(ledger_path)
     return _first_run_id(data, fallback=Path(ledger_path).parent.name)
 
 
@@ -199,12 +207,9 @@ def _line_heads(data: bytes) -> list[tuple[int, str | None]]:
     """(byte offset after the line, its record hash or None) for every complete line."""
     heads: list[tuple[int, str | None]] = []
     offset = 0
-    for line in data.split(b"\n")[:-1]:
+    for line, rec in zip(data.split(b"\n")[:-1], parsed_lines(data), strict=True):
         offset += len(line) + 1
-        try:
-            heads.append((offset, Record.model_validate_json(line).hash))
-        except ValueError:
-            heads.append((offset, None))
+        heads.append((offset, rec.hash if rec is not None else None))
     return heads
 
 

@@ -17,25 +17,21 @@ last; truncation and a recomputed chain need an anchor held elsewhere (`sil/inte
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from sil.base import runid
 from sil.base.fsutil import atomic_write_bytes
-
-# defined without pydantic for the quick views, and read from here by the rest of the package
-from sil.integrity.chain import GENESIS as GENESIS
-from sil.integrity.chain import canonical as canonical
-from sil.integrity.chain import ledger_lock as ledger_lock
-from sil.integrity.chain import read_snapshot as read_snapshot
-from sil.integrity.chain import record_hash as record_hash
 from sil.integrity.records import (
     RECORD_TYPES,
     Keys,
@@ -47,8 +43,10 @@ from sil.integrity.records import (
     record_type,
 )
 
+GENESIS = "0" * 64
 _TAIL_CHUNK = 65536
 P = TypeVar("P", bound=Payload)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class LedgerError(RuntimeError):
@@ -79,6 +77,55 @@ class VerifyReport(BaseModel):
     size: int = 0
     checkpoints: int = 0
     notes: list[str] = []
+    checked: list[str] = []  # what was checked, in words ("hash chain", "3 checkpoints", "signed by x")
+
+
+def canonical(obj: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no spaces, UTF-8, and NaN/inf refused."""
+    return _CANONICAL.encode(obj).encode()
+
+
+def record_hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical({k: v for k, v in fields.items() if k != "hash"})).hexdigest()
+
+
+def ledger_lock(path: Path) -> FileLock:
+    """The lock every writer (and a consistent reader) of this ledger takes."""
+    # Keyed by the real path: two names (a symlink alias) for one ledger share one lock.
+    return FileLock(os.path.realpath(path) + ".lock", fallback_to_soft=False)
+
+
+def read_plain(path: Path) -> bytes:
+    """The bytes of a regular file; OSError naming what else it is (a FIFO would block a plain
+    read forever, a directory or a dangling symlink is no ledger). Missing: empty."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise OSError(f"{Path(path).name} is a dangling symlink") from None
+        return b""
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise OSError(f"{Path(path).name} is {kind}, not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
+def read_snapshot(path: Path) -> bytes:
+    """The ledger's bytes as of one instant: read as is, and again under the writers' lock when a
+    write was under way (a torn tail). OSError when it is no regular file or cannot be read."""
+    data = read_plain(Path(path))
+    if not data or data.endswith(b"\n"):
+        return data
+    try:
+        with ledger_lock(Path(path)):
+            return read_plain(Path(path))
+    except OSError:  # no lock in a read-only folder: the torn tail is what there is
+        return data
 
 
 def check_run_id(run_id: str) -> str:
@@ -266,16 +313,43 @@ def read_records(path: Path) -> Iterator[Record]:
         for n, line in enumerate(fh):
             if not line.endswith(b"\n"):
                 return
-            try:
-                yield Record.model_validate_json(line)
-            except ValueError as ex:
-                raise LedgerError(f"line {n + 1} is not a ledger record: {ex}") from None
+            yield _record(n, line)
+
+
+def read_records_of(data: bytes) -> Iterator[Record]:
+    """`read_records` of a snapshot already read (`read_snapshot`)."""
+    for n, rec in enumerate(parsed_lines(data)):
+        if rec is None:
+            raise LedgerError(f"line {n + 1} is not a ledger record")
+        yield rec
+
+
+@functools.lru_cache(maxsize=8)
+def parsed_lines(data: bytes) -> tuple[Record | None, ...]:
+    """Each complete line of a ledger snapshot as a record (None: not one), parsed once however
+    many checks read the snapshot (records are frozen, so they are shared safely)."""
+    out: list[Record | None] = []
+    for line in data.split(b"\n")[:-1]:
+        try:
+            out.append(Record.model_validate_json(line))
+        except ValueError:
+            out.append(None)
+    return tuple(out)
+
+
+def _record(n: int, line: bytes) -> Record:
+    try:
+        return Record.model_validate_json(line)
+    except ValueError as ex:
+        raise LedgerError(f"line {n + 1} is not a ledger record: {ex}") from None
 
 
 def verify_file(path: Path) -> VerifyReport:
     """Check every line: canonical form, hash, sequence, chain, and nothing but a segment after a stop."""
     try:
-        data = Path(path).read_bytes()
+        if not os.path.lexists(path):
+            raise FileNotFoundError(f"no such file: {path}")
+        data = read_plain(Path(path))
     except OSError as ex:
         return VerifyReport(ok=False, records=0, head_hash=GENESIS, errors=[f"cannot read: {ex}"])
     return verify_bytes(data)
@@ -292,11 +366,11 @@ def verify_bytes(data: bytes) -> VerifyReport:
     elif lines:
         errors.append(f"line {len(lines)}: torn tail (no final newline)")
         complete -= len(lines.pop())
+    parsed = parsed_lines(data)
     for n, line in enumerate(lines):
         where = f"line {n + 1}"
-        try:
-            rec = Record.model_validate_json(line)
-        except ValueError:
+        rec = parsed[n] if n < len(parsed) else None
+        if rec is None:
             errors.append(f"{where}: not a ledger record")
             continue
         fields = rec.model_dump(mode="json")

@@ -27,6 +27,7 @@ from sil.integrity.checkpoint import (
     ALLOWED_SIGNERS_DEFAULT,
     PROJECT_REF,
     Checkpoint,
+    CheckpointError,
     anchor_repo,
     compare_checkpoints,
     project_id,
@@ -34,7 +35,7 @@ from sil.integrity.checkpoint import (
     run_id_of,
     signature_errors,
 )
-from sil.integrity.ledger import GENESIS, Record, VerifyReport, read_snapshot, verify_bytes
+from sil.integrity.ledger import GENESIS, LedgerError, Record, VerifyReport, parsed_lines, read_snapshot, verify_bytes
 from sil.integrity.records import RunRecord, Trust
 from sil.integrity.witness import Witness, WitnessEntry, WitnessError
 
@@ -112,43 +113,56 @@ def verify_run_ledger(
     witness: Witness | None = None,
     expect_head: str | None = None,
 ) -> VerifyReport:
-    """Every check of the module docstring; the report's errors say what failed, notes what is unchecked."""
-    data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
+    """Every check of the module docstring; the report's errors say what failed, notes what is
+    unchecked, `checked` what was. A ledger, checkpoint or project ref that cannot be read is an
+    error of the report, never an exception."""
+    try:
+        data = read_snapshot(ledger_path)
+    except OSError as ex:
+        return VerifyReport(ok=False, records=0, head_hash=GENESIS, errors=[f"the ledger cannot be read: {ex}"])
     base = verify_bytes(data)
     run_id = run_id_of(ledger_path, data)
     repo = anchor_repo(root, create=False)
-    checkpoints = read_checkpoints(repo, run_id) if repo is not None else []
-    errors = [*base.errors, *binding_errors(ledger_path, data), *project_errors(data, root)]
+    checkpoints, errors = _checkpoints(repo, run_id)
+    errors = [*base.errors, *binding_errors(ledger_path, data), *project_errors(data, root), *errors]
     errors += compare_checkpoints(data, checkpoints)
     anchor, notes = trust_anchor(allowed_signers, root)
     trust = declared_trust(data)
+    checked = ["hash chain", f"{len(checkpoints)} checkpoints"]
     # A trust anchor from SIL_ALLOWED_SIGNERS means what --allowed-signers means: signatures are
     # expected, so a run rewritten as unsigned is a downgrade, not an unsigned run.
     if trust.signed or require_signed or anchor is not None:
         errors += _signed_errors(data, checkpoints, trust, anchor, require_signed)
+        checked.append(f"signed by {trust.signer or 'an allowed signer'}")
     else:
         notes += _unsigned_notes(checkpoints, anchor, errors, repo is None)
+        checked.append("unsigned")
     if witness is None:
         notes.append(NO_WITNESS_NOTE)
     else:
         errors += _witness_errors(data, checkpoints, witness, run_id)
+        checked.append("witnessed")
     if expect_head is not None:
         errors += _head_errors(data, checkpoints, expect_head)
-    return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints), "notes": notes})
+    return base.model_copy(
+        update={
+            "ok": not errors,
+            "errors": errors,
+            "checkpoints": len(checkpoints),
+            "notes": notes,
+            "checked": checked,
+        }
+    )
 
 
-def verify_chain_and_checkpoints(ledger_path: Path, root: Path) -> VerifyReport:
-    """The quick check for listings: the hash chain and that every git checkpoint is a prefix.
-
-    Signatures, the declared trust and the witness are left to `verify_run_ledger`.
-    """
-    data = read_snapshot(ledger_path) if Path(ledger_path).exists() else b""
-    base = verify_bytes(data)
-    repo = anchor_repo(root, create=False)
-    checkpoints = read_checkpoints(repo, run_id_of(ledger_path, data)) if repo is not None else []
-    errors = [*base.errors, *binding_errors(ledger_path, data), *project_errors(data, root)]
-    errors += compare_checkpoints(data, checkpoints)
-    return base.model_copy(update={"ok": not errors, "errors": errors, "checkpoints": len(checkpoints)})
+def _checkpoints(repo: Path | None, run_id: str) -> tuple[list[Checkpoint], list[str]]:
+    """The run's checkpoints, or none and why they cannot be read (a malformed commit, a bad id)."""
+    if repo is None:
+        return [], []
+    try:
+        return read_checkpoints(repo, run_id), []
+    except (CheckpointError, LedgerError) as ex:
+        return [], [f"the checkpoints of run {run_id!r} cannot be read: {ex}"]
 
 
 def binding_errors(ledger_path: Path, data: bytes) -> list[str]:
@@ -171,7 +185,10 @@ def project_errors(data: bytes, root: Path) -> list[str]:
     run = declared_run(data)
     if run is None or not run.project:  # no run record, or written before runs named their project
         return []
-    here = project_id(root, create=False)
+    try:
+        here = project_id(root, create=False)
+    except CheckpointError as ex:
+        return [f"the project id ({PROJECT_REF}) cannot be read: {ex}"]
     if run.project == here:
         return []
     where = f"this project is {here}" if here else f"this project has no id ({PROJECT_REF} is missing)"
@@ -276,13 +293,7 @@ def _head_errors(data: bytes, checkpoints: list[Checkpoint], expect_head: str) -
 
 
 def _records(data: bytes) -> list[Record]:
-    out = []
-    for line in data.split(b"\n")[:-1]:
-        try:
-            out.append(Record.model_validate_json(line))
-        except ValueError:
-            continue
-    return out
+    return [r for r in parsed_lines(data) if r is not None]
 
 
 def _as_checkpoint(entry: WitnessEntry) -> Checkpoint:

@@ -4,13 +4,11 @@ __all__ = [
     "compare",
     "describe",
     "export",
-    "glance",
     "plots",
     "render",
     "report",
     "runpaths",
     "runview",
     "status",
-    "statusfacts",
     "summary",
 ]

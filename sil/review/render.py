@@ -17,7 +17,6 @@ from sil.base.fsutil import atomic_write_bytes, confined
 from sil.review.plots import all_plots
 from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.runview import RunView
-from sil.review.status import readable
 from sil.review.summary import DIRECTION_LINE
 
 PLOT_TITLES = {
@@ -90,7 +89,7 @@ def _candidate_rows(d: ReportData) -> list[list[str]]:
                 c.arm,
                 f"{c.mutation_id}\non {c.parent_set}" if c.mutation_id in shared and c.parent_set else c.mutation_id,
                 fmt_effect(c.observed.get(d.target)),
-                readable(c.reason or ""),
+                c.reason or "",
                 f"{c.surface}.{c.path}",
                 expected,
                 c.hypothesis,
@@ -187,7 +186,11 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["models", ", ".join(f"{k}={v}" for k, v in d.models.items())],
         ["phase", d.phase + (f" (halted: {d.halt_reason})" if d.halt_reason else "")],
         ["approval", t.approval],
-        ["ledger", f"{'verified' if t.ledger_ok else 'DOES NOT VERIFY'}: {t.records} records, head {t.head_hash[:16]}"],
+        [
+            "ledger",
+            f"{'verified' if t.ledger_ok else 'DOES NOT VERIFY'}: {t.records} records, head {t.head_hash[:16]}"
+            + "".join(f"; {e}" for e in t.errors),
+        ],
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],

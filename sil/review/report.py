@@ -345,14 +345,16 @@ def audit_logs(view: RunView) -> str:
 
 
 def trust(view: RunView, root: Path) -> Trust:
-    rep = verify_run_ledger(view.run_dir / LEDGER, root, None)
+    """The run's verification as every view states it: the ledger in the caller's environment, and
+    the snapshots the report is built from held to it."""
+    rep = view.verification or verify_run_ledger(view.run_dir / LEDGER, root, None)
     approval = (view.first("contract") or {}).get("approval", "unknown")
     return Trust(
-        ledger_ok=rep.ok,
+        ledger_ok=rep.ok and not view.problems,
         records=rep.records,
         head_hash=rep.head_hash,
         checkpoints=rep.checkpoints,
-        errors=list(rep.errors),
+        errors=[*rep.errors, *view.problems],
         notes=list(rep.notes),
         approval=approval,
         approval_signed="signed by key" in approval and "key None" not in approval,

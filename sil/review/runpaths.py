@@ -6,6 +6,7 @@ resolve_run(root, "r1")       # its folder; Refused with how to fix it
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sil.base.errors import Refused
@@ -18,16 +19,37 @@ LEDGER = "ledger.jsonl"
 
 
 def run_dirs(root: Path, sweeps: bool = True) -> list[Path]:
-    """Every run folder under state/runs (and of every sweep), oldest first; one without a ledger is skipped."""
-    found = list((root / RUNS).glob(f"*/{LEDGER}"))
+    """Every run folder under state/runs (and of every sweep), oldest first, whatever its name or
+    its ledger is (a directory, a FIFO, a dangling symlink: the reader says what is wrong); one
+    without any ledger entry is skipped."""
+    found = _with_ledger(root / RUNS)
     if sweeps:
-        found += (root / SWEEPS).glob(f"*/{RUNS}/*/{LEDGER}")
-    return sorted((p.parent for p in found), key=lambda p: (p / LEDGER).stat().st_mtime)
+        for sweep in _folders(root / SWEEPS):
+            found += _with_ledger(sweep / RUNS)
+    return sorted(found, key=_written)
+
+
+def _folders(path: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _with_ledger(runs: Path) -> list[Path]:
+    return [d for d in _folders(runs) if os.path.lexists(d / LEDGER)]
+
+
+def _written(run_dir: Path) -> tuple[float, str]:
+    try:
+        return os.lstat(run_dir / LEDGER).st_mtime, run_dir.name
+    except OSError:
+        return 0.0, run_dir.name
 
 
 def sweep_run_dirs(root: Path) -> list[Path]:
     """The run folders of every sweep under state/sweeps, in name order."""
-    return sorted(p.parent for p in (root / SWEEPS).glob(f"*/{RUNS}/*/{LEDGER}"))
+    return sorted(d for sweep in _folders(root / SWEEPS) for d in _with_ledger(sweep / RUNS))
 
 
 def resolve_run(root: Path, run: str | None) -> Path:

@@ -1,9 +1,9 @@
 """A run folder read for review, without locking or changing it (L3).
 
-The review commands (`sil report`, `sil compare`, `sil export`, and `sil runs`/`sil status`
-whenever their quick reading in glance.py is unsure) read a run through `load_run`: its
-state, its ledger records (typed by record type), and the contract snapshot the run wrote
-when it started.
+Every review command (`sil runs`, `sil status`, `sil report`, `sil compare`, `sil export`)
+reads a run through `load_run`: its ledger records, verified as `sil ledger verify` verifies
+them, and its state and the contract snapshot the run wrote when it started, each held to the
+ledger (a snapshot that disagrees is one of the view's problems).
 
     view = load_run(Path("state/runs/sil-default-sim-0d3fff61"))
     view.of_type("verdict"), view.contract, view.state.phase
@@ -17,8 +17,19 @@ from typing import Any
 
 from sil.base.errors import Halt
 from sil.base.fsutil import atomic_write_bytes
+from sil.base.runid import RunIdError, check_run_id
 from sil.contract.schema import Contract
-from sil.integrity.ledger import LedgerError, Record, read_records
+from sil.integrity.ledger import (
+    GENESIS,
+    LedgerError,
+    Record,
+    VerifyReport,
+    read_plain,
+    read_records_of,
+    read_snapshot,
+)
+from sil.integrity.verify import verify_run_ledger
+from sil.integrity.witness import WitnessError, witness_from_env
 from sil.review.runpaths import CONTRACT_SNAPSHOT as CONTRACT_SNAPSHOT
 from sil.review.runpaths import LEDGER as LEDGER
 from sil.review.runpaths import RUNS as RUNS
@@ -26,6 +37,7 @@ from sil.review.runpaths import SWEEPS as SWEEPS
 from sil.review.runpaths import resolve_run as resolve_run
 from sil.review.runpaths import run_dirs as run_dirs
 from sil.review.runpaths import sweep_run_dirs as sweep_run_dirs
+from sil.store.binding import LedgerCounts, contract_is_the_ledgers, ledger_counts, snapshot_problems
 from sil.store.runstate import RunState
 
 
@@ -35,7 +47,9 @@ class RunView:
     state: RunState | None
     records: list[Record]
     contract: Contract | None
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # snapshots unreadable or not the ledger's
+    counts: LedgerCounts | None = None  # what the ledger says the run did
+    verification: VerifyReport | None = None  # None: not verified (load_run(verify=False))
 
     @property
     def run_id(self) -> str:
@@ -66,27 +80,71 @@ class RunView:
         return list(self.contract.promotion.critical_dimensions) if self.contract else []
 
 
-def load_run(run_dir: Path) -> RunView:
-    problems = []
+def load_run(run_dir: Path, *, verify: bool = True) -> RunView:
+    """The run as its ledger vouches for it: verified in the caller's environment (as `sil ledger
+    verify` would, unless `verify` is False), its snapshots held to it (sil/store/binding.py).
+    Whatever cannot be read or does not agree is a problem of the view, never an exception."""
+    problems: list[str] = []
     try:
-        state = RunState.load(run_dir)
+        check_run_id(run_dir.name)
+    except RunIdError as ex:
+        return RunView(run_dir=run_dir, state=None, records=[], contract=None, problems=[str(ex)])
+    state = _state(run_dir, problems)
+    records, unread = _records(run_dir)
+    contract = _contract(run_dir, problems)
+    view = RunView(run_dir=run_dir, state=state, records=records, contract=contract, problems=problems)
+    try:
+        view.counts = ledger_counts(records)
+        problems += snapshot_problems(state, contract, view.counts)
+        if not contract_is_the_ledgers(contract, view.counts):
+            view.contract = None  # its limits are not the run's: no view shows them
+    except ValueError as ex:
+        problems.append(str(ex))
+    if unread is not None:  # what a verification would say first, and all it could say
+        view.verification = VerifyReport(ok=False, records=0, head_hash=GENESIS, errors=[unread])
+    elif verify:
+        view.verification = verify_in_env(run_dir)
+    return view
+
+
+def verify_in_env(run_dir: Path) -> VerifyReport:
+    """`sil ledger verify RUN` with the caller's environment (SIL_ALLOWED_SIGNERS, SIL_WITNESS)."""
+    root = run_dir.parents[2]
+    try:
+        witness = witness_from_env(root)
+    except WitnessError as ex:
+        return VerifyReport(ok=False, records=0, head_hash=GENESIS, errors=[str(ex)])
+    return verify_run_ledger(run_dir / LEDGER, root, witness=witness)
+
+
+def _state(run_dir: Path, problems: list[str]) -> RunState | None:
+    try:
+        return RunState.load(run_dir)
     except Halt as ex:
-        state, problems = None, [str(ex)]
+        problems.append(str(ex))
+    except (OSError, ValueError) as ex:
+        problems.append(f"{run_dir / 'state.json'} cannot be read: {ex}")
+    return None
+
+
+def _records(run_dir: Path) -> tuple[list[Record], str | None]:
+    """The ledger's records, or none and why it cannot be read."""
     try:
-        records = list(read_records(run_dir / LEDGER))
+        return list(read_records_of(read_snapshot(run_dir / LEDGER))), None
     except (OSError, LedgerError) as ex:
-        records = []
-        problems.append(f"ledger unreadable: {ex}; run `sil ledger verify {run_dir.name}`")
-    contract = None
+        return [], f"the ledger cannot be read: {ex}"
+
+
+def _contract(run_dir: Path, problems: list[str]) -> Contract | None:
     snap = run_dir / CONTRACT_SNAPSHOT
-    if snap.is_file():
-        try:
-            contract = Contract.model_validate_json(snap.read_bytes())
-        except ValueError as ex:
-            problems.append(f"{snap} unreadable: {ex.__class__.__name__}")
-    else:
+    if not snap.exists():
         problems.append(f"no contract snapshot {CONTRACT_SNAPSHOT} (run started by an older version)")
-    return RunView(run_dir=run_dir, state=state, records=records, contract=contract, problems=problems)
+        return None
+    try:
+        return Contract.model_validate_json(read_plain(snap))
+    except (OSError, ValueError) as ex:
+        problems.append(f"{snap} unreadable: {ex.__class__.__name__}")
+        return None
 
 
 def write_contract_snapshot(run_dir: Path, contract: Contract) -> None:

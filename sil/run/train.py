@@ -64,6 +64,7 @@ from sil.run.preflight import preflight_phase
 from sil.run.proposing import proposer_check
 from sil.run.rounds import Guards, RoundRunner
 from sil.stats.judges import JudgeState
+from sil.store.binding import stored_run_problems
 from sil.store.events import AnchorFailed, Halted, Resuming, Update
 from sil.store.journal import Journal
 from sil.store.policyrefs import RunRefs
@@ -394,6 +395,8 @@ def execute_run(
         cfg = guarded_config(loaded, root, run_dir, emit, replicate)
         if conflict := start_conflict(run_dir / "ledger.jsonl", anchor_repo(root, create=False), run_id):
             raise Refused(f"{conflict}. Nothing was started")
+        if problems := stored_run_problems(run_dir):
+            raise Refused(f"run {run_id} cannot be resumed: {'; '.join(problems)}. Nothing was started")
         with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)

@@ -228,8 +228,32 @@ def test_compare_same_family_and_another(done, copy_of) -> None:
     data = json.loads(snap.read_text())
     data["contract_id"] = "other"
     snap.write_text(json.dumps(data))
+    result = invoke("compare", RUN, "t2")  # a snapshot the ledger does not record: not compared
+    assert result.exit_code != 0 and "contract.json is not the contract the ledger records" in result.output
+    _as_run_of_its_contract(copy_of / "state" / "runs" / "t2")
     result = invoke("compare", RUN, "t2")  # another contract: compared, and said so
     assert result.exit_code == 0 and "different contracts" in result.output and "contract_id" in result.output
+
+
+def _as_run_of_its_contract(run_dir: Path) -> None:
+    """The run's ledger and state rewritten to name the contract its snapshot now holds (a run of
+    another contract, without checkpoints of its own)."""
+    from sil.contract.schema import Contract
+    from sil.integrity.ledger import GENESIS, canonical, record_hash
+
+    digest = Contract.model_validate_json((run_dir / "contract.json").read_bytes()).contract_hash
+    state = json.loads((run_dir / "state.json").read_text())
+    state["contract_hash"] = digest
+    (run_dir / "state.json").write_text(json.dumps(state))
+    out, prev = [], GENESIS
+    for n, line in enumerate((run_dir / "ledger.jsonl").read_bytes().splitlines()):
+        fields = {k: v for k, v in json.loads(line).items() if k != "hash"}
+        fields.update(seq=n, prev=prev, run_id=run_dir.name)
+        if n == 0:
+            fields["payload"]["contract_hash"] = digest
+        fields["hash"] = prev = record_hash(fields)
+        out.append(canonical(fields) + b"\n")
+    (run_dir / "ledger.jsonl").write_bytes(b"".join(out))
 
 
 def test_ledger_show_leads_with_target_and_critical_dimensions(done, copy_of) -> None:

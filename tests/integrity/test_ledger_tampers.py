@@ -1,20 +1,16 @@
-"""The pydantic-free chain reader says "clean" only where the full verifier says ok.
-
-`chain.clean_chain` and `chain.read_entries` stand in for `ledger.verify_bytes` and
-`ledger.read_records` in `sil runs` and `sil status`; each tampered or odd ledger below must
-be refused by them whenever the full reader refuses it (they may refuse more: the caller then
-asks the full reader).
+"""The ledger's one verifier (`ledger.verify_bytes`) refuses every tampered or odd ledger below,
+and reads a torn tail as `read_records` does: what every view of a run is built on.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from sil.integrity import chain, ledger
-from sil.integrity.records import RECORD_TYPES
+from sil.integrity import ledger
 
 
 def _ledger(tmp_path: Path, n: int = 6, stop: bool = True) -> Path:
@@ -37,12 +33,6 @@ def _relinked(lines: list[bytes]) -> bytes:
         fields["hash"] = prev = ledger.record_hash(fields)
         out.append(ledger.canonical(fields))
     return b"".join(line + b"\n" for line in out)
-
-
-def _same(entries: list[chain.Entry], records: list[ledger.Record]) -> bool:
-    """The same records, field by field (NaN and inf compared as written)."""
-    as_text = lambda x: json.dumps(x, sort_keys=True)  # noqa: E731
-    return [as_text(e.fields) for e in entries] == [as_text(r.model_dump()) for r in records]
 
 
 def _edit(line: bytes, **changes: object) -> bytes:
@@ -80,39 +70,39 @@ RELINKED = {  # a valid chain that still breaks a rule of the ledger
 }
 
 
-def test_the_record_types_are_the_ledgers() -> None:
-    assert chain.RECORD_TYPES == RECORD_TYPES
-
-
-def test_a_genuine_ledger_is_clean_and_read_alike(tmp_path: Path) -> None:
-    data = _ledger(tmp_path).read_bytes()
-    assert ledger.verify_bytes(data).ok
-    entries = chain.clean_chain(data)
-    assert entries is not None
-    records = list(ledger.read_records(tmp_path / "r1" / "ledger.jsonl"))
-    assert _same(entries, records)
-    assert chain.clean_chain(b"") == [] and ledger.verify_bytes(b"").ok
+def test_a_genuine_ledger_verifies_and_its_relinking_is_sound(tmp_path: Path) -> None:
+    lines = _ledger(tmp_path).read_bytes().splitlines()
+    assert ledger.verify_bytes(b"".join(x + b"\n" for x in lines)).ok
+    assert ledger.verify_bytes(_relinked(lines)).ok and ledger.verify_bytes(b"").ok
 
 
 @pytest.mark.parametrize("name", [*TAMPERS, *RELINKED])
-def test_the_quick_reader_never_vouches_for_what_the_full_one_refuses(tmp_path: Path, name: str) -> None:
+def test_the_verifier_refuses_every_tampered_ledger(tmp_path: Path, name: str) -> None:
     lines = _ledger(tmp_path).read_bytes().splitlines()
     data = RELINKED[name](lines) if name in RELINKED else b"".join(x + b"\n" for x in TAMPERS[name](lines))
-    if name in RELINKED:
-        assert chain.clean_chain(_relinked(lines)) is not None, "the relinking itself is sound"
-    full = ledger.verify_bytes(data)
-    if chain.clean_chain(data) is not None:
-        assert full.ok, name
-    assert not full.ok, name  # each case is one the full verifier refuses
-    entries = chain.read_entries(data)
-    if entries is not None:  # read as the full reader reads it
-        path = tmp_path / "copy.jsonl"
-        path.write_bytes(data)
-        assert _same(entries, list(ledger.read_records(path))), name
+    report = ledger.verify_bytes(data)
+    assert not report.ok and report.errors, name
 
 
-def test_a_torn_tail_is_not_clean_but_is_read_as_the_full_reader_reads_it(tmp_path: Path) -> None:
-    data = _ledger(tmp_path).read_bytes() + b'{"seq":9'
-    assert not ledger.verify_bytes(data).ok and chain.clean_chain(data) is None
-    entries = chain.read_entries(data)
-    assert entries is not None and len(entries) == len(list(ledger.read_records(tmp_path / "r1" / "ledger.jsonl")))
+def test_a_torn_tail_does_not_verify_and_is_not_read(tmp_path: Path) -> None:
+    path = _ledger(tmp_path)
+    records = len(list(ledger.read_records(path)))
+    with open(path, "ab") as fh:
+        fh.write(b'{"seq":9')
+    assert not ledger.verify_bytes(path.read_bytes()).ok
+    assert len(list(ledger.read_records(path))) == records
+
+
+def test_a_ledger_that_is_no_regular_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo" / "ledger.jsonl"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    folder = tmp_path / "dir" / "ledger.jsonl"
+    folder.mkdir(parents=True)
+    dangling = tmp_path / "link" / "ledger.jsonl"
+    dangling.parent.mkdir()
+    dangling.symlink_to(tmp_path / "nowhere")
+    for path, kind in ((fifo, "a FIFO"), (folder, "a directory"), (dangling, "a dangling symlink")):
+        with pytest.raises(OSError, match=kind):
+            ledger.read_snapshot(path)
+        assert not ledger.verify_file(path).ok
