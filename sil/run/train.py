@@ -374,6 +374,26 @@ def unrefused_run_dir(loaded: LoadedContract, root: Path, run_id: str, err: Cons
     return run_dir
 
 
+def refuse_a_broken_start(root: Path, run_dir: Path, run_id: str) -> None:
+    """Refused when the stored run cannot be resumed as it is: its ledger belongs elsewhere, or its
+    snapshots, ledger or checkpoints are not what a run of this project leaves."""
+    try:
+        if conflict := start_conflict(run_dir / "ledger.jsonl", anchor_repo(root, create=False), run_id):
+            raise Refused(f"{conflict}. Nothing was started")
+    except CheckpointError as ex:
+        raise Refused(
+            f"run {run_id} cannot be resumed: its checkpoints do not verify ({ex}). Nothing was started"
+        ) from None
+    except OSError as ex:
+        if is_disk_error(ex):
+            raise
+        raise Refused(
+            f"run {run_id} cannot be resumed: its ledger cannot be read ({ex}). Nothing was started"
+        ) from None
+    if problems := stored_run_problems(run_dir):
+        raise Refused(f"run {run_id} cannot be resumed: {'; '.join(problems)}. Nothing was started")
+
+
 def execute_run(
     loaded: LoadedContract,
     root: Path,
@@ -393,10 +413,7 @@ def execute_run(
         measurement_hash = frozen_measurement_hash(loaded.contract, root)
         emit = on_event or (lambda update: err.print(escape(update.event.text()), highlight=False))
         cfg = guarded_config(loaded, root, run_dir, emit, replicate)
-        if conflict := start_conflict(run_dir / "ledger.jsonl", anchor_repo(root, create=False), run_id):
-            raise Refused(f"{conflict}. Nothing was started")
-        if problems := stored_run_problems(run_dir):
-            raise Refused(f"run {run_id} cannot be resumed: {'; '.join(problems)}. Nothing was started")
+        refuse_a_broken_start(root, run_dir, run_id)
         with run_lock(run_dir), policy_lock(root / POLICIES, root / LOCKS):
             check_free_space(run_dir, loaded.contract.budget.min_free_mb)
             stored = RunState.load(run_dir)

@@ -20,9 +20,42 @@ from sil.integrity import ledger as ledger_mod
 from sil.integrity.adoption import AdoptionRefused, adopt_project
 from sil.integrity.checkpoint import PROJECT_REF, checkpoint_ref, write_checkpoint
 from sil.integrity.projectid import ADOPTION_FILE, ProjectIdLost, project_id
+from sil.integrity.records import RunRecord
 from sil.integrity.verify import verify_run_ledger
 from tests.cli.test_cli import make_workspace
-from tests.integrity.test_quickcheck import _project, _run_record
+
+
+def _project(root: Path, run_id: str = "r1", project: str | None = None) -> Path:
+    """A project (its own git repo) with one run of 8 records, checkpointed twice."""
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    pid = project or project_id(root)
+    path = root / "state" / "runs" / run_id / "ledger.jsonl"
+    led = ledger_mod.Ledger(path, offline=True, simulated=True)
+    led.append("contract", _run_record(pid), run_id=run_id)
+    for i in range(7):
+        led.append("verdict", {"arm": "gate", "mutation_id": f"m{i}", "verdict": "keep", "reason": ""}, run_id=run_id)
+        if i in (2, 5):
+            write_checkpoint(path, root, None)
+    return path
+
+
+def _run_record(project: str) -> RunRecord:
+    return RunRecord(
+        contract_id="c",
+        contract_hash="0" * 64,
+        measurement_hash="0" * 64,
+        manifest_hash="0" * 64,
+        backend="sim",
+        models={},
+        arms=["gate"],
+        seed=0,
+        replicate_k=4,
+        approval="none",
+        note="",
+        project=project,
+    )
+
 
 runner = CliRunner()
 FETCH = "git fetch origin 'refs/sil/*:refs/sil/*'"

@@ -375,3 +375,12 @@ def test_an_interrupted_runs_state_may_lag_the_ledger_but_never_run_ahead(done) 
     assert any("audits" in p for p in snapshot_problems(ahead, None, unfinished))
     finished = ledger_counts(records)
     assert any("audits" in p for p in snapshot_problems(behind, None, finished))
+
+
+@pytest.mark.parametrize("make", [_malformed_checkpoint, _fifo], ids=["malformed-checkpoint", "fifo-ledger"])
+def test_sil_run_on_a_broken_run_folder_refuses_without_a_traceback(copy_of, make) -> None:  # noqa: F811
+    make(copy_of)
+    run_id = "bad-checkpoint" if make is _malformed_checkpoint else "fifo"
+    proc = sil(copy_of, "run", "--run-id", run_id, timeout=120)
+    _no_traceback(proc)
+    assert proc.returncode == 2 and "cannot be resumed" in proc.stderr, proc.stderr[-500:]
