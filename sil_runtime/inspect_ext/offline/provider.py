@@ -20,6 +20,7 @@ ROLES = (
     "mutator",
     "mutator-invalid",
     "mutator-fabricate",
+    "mutator-leak",
 )
 
 
