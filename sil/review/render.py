@@ -18,6 +18,8 @@ from sil.review.plots import all_plots
 from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.runview import RunView
 from sil.review.status import readable
+from sil.review.usecounts import surface_words, words
+from sil_policy.credentials import redact_data
 
 PLOT_TITLES = {
     "trajectories": "Target and critical dimensions per audit, per arm",
@@ -72,6 +74,7 @@ def _candidate_rows(d: ReportData) -> list[list[str]]:
                 c.arm,
                 c.mutation_id,
                 fmt_effect(c.observed.get(d.target)),
+                words(c.use),
                 readable(c.reason or ""),
                 f"{c.surface}.{c.path}",
                 expected,
@@ -94,6 +97,7 @@ CAND_HEAD = [
     "arm",
     "mutation",
     "observed Δ target (90% CI)",
+    "use shown (audits)",
     "reason",
     "surface.path",
     "expected effect",
@@ -101,7 +105,7 @@ CAND_HEAD = [
     "evidence",
     "audits",
 ]
-CAND_WIDTHS = [7, 5, 8, 12, 18, 12, 9, 15, 0, 5]  # % of the page; evidence (0) collapses behind <details>
+CAND_WIDTHS = [7, 5, 8, 11, 7, 15, 11, 9, 13, 0, 5]  # % of the page; evidence (0) collapses behind <details>
 
 
 def _candidate_html(d: ReportData) -> str:
@@ -110,11 +114,11 @@ def _candidate_html(d: ReportData) -> str:
     for r in _candidate_rows(d):
         verdict = r[0].lower()
         cells = [f"<td class='{_e(verdict)}'>{_e(r[0])}</td>"]
-        cells += [f"<td>{_e(x)}</td>" for x in r[1:8]]
+        cells += [f"<td>{_e(x)}</td>" for x in r[1:9]]
         cells.append(
-            f"<td><details><summary>{len(r[8].split('; ')) if r[8] else 0} items</summary>{_e(r[8])}</details></td>"
+            f"<td><details><summary>{len(r[9].split('; ')) if r[9] else 0} items</summary>{_e(r[9])}</details></td>"
         )
-        cells.append(f"<td>{_e(r[9])}</td>")
+        cells.append(f"<td>{_e(r[10])}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table id='candidates'><tr>{th}</tr>{''.join(body)}</table>"
 
@@ -170,6 +174,7 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],
+        ["use of the policy shown (pair audits, per surface)", f"{surface_words(d.use)}. {d.use_note}"],
         ["direction", "lower is better on every dimension; Δ = candidate − champion"],
     ]
 
@@ -354,7 +359,7 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
     parts.append(_html_table(["item", "value"], _overview_rows(d), "kv"))
     parts += ["<h2>Arms</h2>", _html_table(ARM_HEAD, _arm_rows(d))]
     parts += _cost_html(d)
-    parts += ["<h2>Candidates</h2>", _candidate_html(d)]
+    parts += ["<h2>Candidates</h2>", f"<p>Use shown: {_e(d.use_note)}.</p>", _candidate_html(d)]
     parts += ["<h2 id='certification'>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
     parts.append(_html_table(CERT_HEAD, _cert_rows(d), widths=CERT_WIDTHS))
     for name, png in pngs.items():
@@ -376,7 +381,8 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     lines += [f"**{_m(d.conclusion)}**", "", "## Contract, approval and trust", ""]
     lines += [_md_table(["item", "value"], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
     lines += _cost_md(d)
-    lines += ["## Candidates", "", _md_table(CAND_HEAD, _candidate_rows(d)), ""]
+    lines += ["## Candidates", "", f"Use shown: {_m(d.use_note)}.", ""]
+    lines += [_md_table(CAND_HEAD, _candidate_rows(d)), ""]
     lines += ["## Certification and held-out re-measurement", "", CERT_NOTE, ""]
     lines += [_md_table(CERT_HEAD, _cert_rows(d)), ""]
     for name, file in plot_files.items():
@@ -403,6 +409,8 @@ def write_report(view: RunView, d: ReportData, out_dir: Path, root: Path | None 
     confined(out_dir, root or out_dir)
     for sub in ("plots", "report.html", "report.md", "report.json"):
         confined(out_dir / sub, out_dir)
+    # the ledger refuses credentials on the way in; a report leaves the machine, so it is redacted again
+    d = ReportData.model_validate(redact_data(d.model_dump(mode="json")))
     pngs = all_plots(view, d)
     files = {}
     for name, png in pngs.items():
