@@ -33,6 +33,7 @@ from sil.review.statusfacts import (
     resume_hint,
     stopped,
 )
+from sil.review.usecounts import candidate_rounds, surface_counts, verdict_counts, words
 from sil.stats.alphaspent import alpha_spent
 from sil.store.standing import ArmStanding, arm_standing
 
@@ -212,7 +213,12 @@ def status_of(g: Glance) -> StatusFacts:
         eta = round(elapsed / audits * max(planned - audits, 0), 1)
     arm = current.name if current else None
     looks = field(s, "replicate_k", (int,)) + 1 if arm == "gate" else (1 if arm == "random" else None)
-    verdicts = [_verdict(e.payload) for e in g.records if e.type == "verdict"]
+    audit_records = [e.payload for e in g.records if e.type == "audit"]
+    rounds = [e.payload for e in g.records if e.type == "round"]
+    verdicts = [
+        v._replace(use=words(verdict_counts(audit_records, candidate_rounds(rounds, v.arm, v.mutation_id))))
+        for v in (_verdict(e.payload) for e in g.records if e.type == "verdict")
+    ]
     return StatusFacts(
         run_id=g.run_dir.name,
         running=running,
@@ -239,6 +245,7 @@ def status_of(g: Glance) -> StatusFacts:
         problems=[],
         two_stage=field(field(field(s, "shared", (dict,)), "budget", (dict,)), "mode", (str,)) == "fixed",
         confirmations=len(field(field(field(s, "shared", (dict,)), "budget", (dict,)), "tested", (list,))),
+        use=surface_counts(audit_records),
     )
 
 

@@ -12,6 +12,8 @@ extrapolates the mean seconds per audit so far over the audits the run can still
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from sil.integrity.verify import verify_chain_and_checkpoints
@@ -19,6 +21,7 @@ from sil.review.runview import LEDGER, RunView
 from sil.review.statusfacts import FINAL_PHASES as FINAL_PHASES
 from sil.review.statusfacts import ChampionLine, OverviewRow, StatusFacts, VerdictLine, is_running, resume_hint, stopped
 from sil.review.statusfacts import readable as readable
+from sil.review.usecounts import NOT_PROVABLE_MEANS, candidate_rounds, surface_counts, verdict_counts, words
 from sil.store.champion import ChampionStatus, champions
 
 LAST_VERDICTS = 5
@@ -29,6 +32,7 @@ class Verdict(BaseModel):
     mutation_id: str
     verdict: str
     reason: str
+    use: dict[str, int] = {}  # its pair audits' proof of use (sil/review/usecounts.py)
 
 
 class RunStatus(BaseModel):
@@ -57,6 +61,8 @@ class RunStatus(BaseModel):
     problems: list[str]
     two_stage: bool = False  # promotion.error_design two_stage: a fixed level per search confirmation
     confirmations: int = 0
+    use: dict[str, dict[str, int]] = {}  # per surface: pair audits that proved / could not prove its use
+    use_note: str = NOT_PROVABLE_MEANS
 
 
 class RunOverview(BaseModel):
@@ -101,7 +107,7 @@ def run_status(view: RunView) -> RunStatus:
     eta = None
     if s and planned and audits and s.phase not in FINAL_PHASES and not halted:
         eta = round(elapsed / audits * max(planned - audits, 0), 1)
-    verdicts = [Verdict(**{k: v[k] for k in Verdict.model_fields}) for v in view.of_type("verdict")]
+    verdicts = [_verdict(view, v) for v in view.of_type("verdict")]
     return RunStatus(
         run_id=view.run_id,
         running=running,
@@ -128,7 +134,14 @@ def run_status(view: RunView) -> RunStatus:
         problems=view.problems,
         two_stage=s.shared.budget.mode == "fixed" if s else False,
         confirmations=s.shared.budget.confirmations if s else 0,
+        use=surface_counts(view.of_type("audit")),
     )
+
+
+def _verdict(view: RunView, v: dict[str, Any]) -> Verdict:
+    rounds = candidate_rounds(view.of_type("round"), v["arm"], v["mutation_id"])
+    use = verdict_counts(view.of_type("audit"), rounds)
+    return Verdict(arm=v["arm"], mutation_id=v["mutation_id"], verdict=v["verdict"], reason=v["reason"], use=use)
 
 
 def run_overview(view: RunView) -> RunOverview:
@@ -157,11 +170,11 @@ def run_overview(view: RunView) -> RunOverview:
 
 def status_facts(st: RunStatus) -> StatusFacts:
     """What `sil status` prints of a full status."""
-    fields = st.model_dump(exclude={"champions", "last_verdicts"})
+    fields = st.model_dump(exclude={"champions", "last_verdicts", "use_note"})
     return StatusFacts(
         **fields,
         champions=[ChampionLine(c.arm, c.set_id, c.keeps, c.words) for c in st.champions.values()],
-        last_verdicts=[VerdictLine(v.arm, v.mutation_id, v.verdict, v.reason) for v in st.last_verdicts],
+        last_verdicts=[VerdictLine(v.arm, v.mutation_id, v.verdict, v.reason, words(v.use)) for v in st.last_verdicts],
     )
 
 

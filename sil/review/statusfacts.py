@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
+from sil.review.usecounts import NOT_PROVABLE_SHORT, words
 
 LONG_FLOAT = re.compile(r"-?\d+\.\d{4,}")
 FINAL_PHASES = ("done", "halted")
@@ -60,6 +61,7 @@ class VerdictLine(NamedTuple):
     mutation_id: str
     verdict: str
     reason: str
+    use: str = ""  # its audits' proof of use in words (sil/review/usecounts.py)
 
 
 class ChampionLine(NamedTuple):
@@ -97,6 +99,7 @@ class StatusFacts(NamedTuple):
     problems: list[str]
     two_stage: bool = False  # the search spends a fixed level per confirmation: no run budget to show
     confirmations: int = 0
+    use: dict[str, dict[str, int]] = {}  # per surface: pair audits that proved / could not prove its use
 
 
 class OverviewRow(NamedTuple):
@@ -153,7 +156,12 @@ def status_lines(st: StatusFacts) -> list[str]:
         if c.keeps:
             lines.append(f"{c.arm} champion {c.set_id}: {c.words}")
     for v in st.last_verdicts:
-        lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}")
+        lines.append(
+            f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}" + (f" [use: {v.use}]" if v.use else "")
+        )
+    lines += [f"use shown in pair audits, {surface}: {words(counts)}" for surface, counts in st.use.items()]
+    if any(c.get("not_provable") for c in st.use.values()):
+        lines.append(NOT_PROVABLE_SHORT)
     if st.halt_reason:
         lines.append(f"HALTED: {st.halt_reason} — fix the cause, then run the same `sil run` again to resume")
     lines += [f"note: {p}" for p in st.problems]
