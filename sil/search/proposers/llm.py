@@ -220,7 +220,7 @@ class LLMProposer:
             calls.append(MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=lost.usd, error=note))
         output = journal.replay(ModelOutput)
         if output is not None:
-            return output, None
+            return redacted_output(output), None  # a journal an older version wrote may hold one
         if why := request.spend(bound + sum(c.usd for c in calls)):
             return None, Proposal(calls=calls, stop=f"mutator call not made: {why}")
         journal.begin(bound, lost)
