@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sil.base.fsutil import read_regular
+from sil_policy.credentials import find_in_data
 
 MAX_TEXT = 4000
 MAX_NAME = 64
@@ -282,48 +282,9 @@ def json_depth(data: bytes) -> int:
     return deepest
 
 
-# Credential shapes, with a name for messages; group `pre` (kept by a redactor) is the text
-# before the secret. The one list both the policy check and the loop's redactor use.
-SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("API key (sk-/rk-/pk-)", re.compile(r"(?P<pre>)\b(?:sk|rk|pk)-[A-Za-z0-9_-]{8,}")),
-    ("AWS access key id (AKIA/ASIA)", re.compile(r"(?P<pre>)\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    (
-        "GitHub token (ghp_/gho_/ghu_/ghs_/ghr_/github_pat_)",
-        re.compile(r"(?P<pre>)\b(?:gh[pousr]_|github_pat_)\w{20,}"),
-    ),
-    ("Slack token (xox?-)", re.compile(r"(?P<pre>)\bxox[abprse]-[A-Za-z0-9-]{10,}")),
-    ("Google API key (AIza)", re.compile(r"(?P<pre>)\bAIza[0-9A-Za-z_-]{30,}")),
-    ("Hugging Face token (hf_)", re.compile(r"(?P<pre>)\bhf_[A-Za-z0-9]{20,}")),
-    ("bearer token", re.compile(r"(?i)(?P<pre>bearer\s+)[A-Za-z0-9._~+/=-]{8,}")),
-    (
-        "AWS secret access key",
-        re.compile(r"(?i)(?P<pre>aws_secret_access_key[\"']?\s*[:=]\s*[\"']?)[A-Za-z0-9/+=]{16,}"),
-    ),
-)
-# Redacted in logs and messages but not refused in a policy: prose such as "the password: never
-# share it" has this shape too.
-CREDENTIAL_ASSIGNMENT = re.compile(
-    r"(?i)(?P<pre>\b\w*(?:api[_-]?key|access[_-]?key|token|secret|password)\w*[\"']?\s*[:=]\s*[\"']?)[^\s\"',]{4,}"
-)
-
-
 def find_secret(document: Any, where: str = "") -> tuple[str, str] | None:
-    """(field path, pattern name) of the first credential-shaped string in a document, or None."""
-    if isinstance(document, dict):
-        items: Any = document.items()
-    elif isinstance(document, list):
-        items = enumerate(document)
-    else:
-        if isinstance(document, str):
-            for label, pattern in SECRET_PATTERNS:
-                if pattern.search(document):
-                    return where or "(document)", label
-        return None
-    for key, value in items:
-        path = f"{where}.{key}" if where else str(key)
-        if (hit := find_secret(str(key), path) if isinstance(key, str) else None) or (hit := find_secret(value, path)):
-            return hit
-    return None
+    """(field path, rule name) of the first credential in a document's keys or text, or None."""
+    return find_in_data(document, where)
 
 
 def validate_document(name: str, document: Any) -> dict[str, Any]:

@@ -798,14 +798,15 @@ def export(
 ) -> None:
     """Export one row per audit, round and verdict of a run."""
     from sil.base.fsutil import AtomicWriteError
-    from sil.review.export import FORMATS, export_rows, write_rows
+    from sil.review.export import FORMATS, export_rows, use_lines, write_rows
     from sil.review.runview import load_run
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     rdir = _run_dir(Path.cwd(), run)
     target = _out_file(to, f"export.{fmt}") if to else rdir / f"export.{fmt}"
-    rows = export_rows(load_run(rdir))
+    view = load_run(rdir)
+    rows = export_rows(view)
     try:
         path = write_rows(rows, target, fmt)  # type: ignore[arg-type]
     except Refused as ex:
@@ -813,3 +814,5 @@ def export(
     except (OSError, AtomicWriteError) as ex:
         _fail(f"{ex}; choose another --out")
     out.print(f"{len(rows)} rows → {path}", highlight=False)
+    for line in use_lines(view):
+        out.print(escape(line), highlight=False)

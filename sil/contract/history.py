@@ -30,6 +30,7 @@ from sil.contract.schema import (
     LoadedContract,
     load_contract,
     parse_contract,
+    refuse_secrets,
     split_front_matter,
 )
 
@@ -141,6 +142,8 @@ def revise(repo_root: Path, contract_path: Path, draft_path: Path, reason: str) 
     try:
         current = load_contract(contract_path)
         draft_text = Path(draft_path).read_text(encoding="utf-8")
+        # before anything is archived, with the draft's own line numbers
+        refuse_secrets(draft_text, split_front_matter(draft_text)[0], str(draft_path))
     except (ContractError, OSError) as ex:
         raise Refused(str(ex)) from None
     history.register(current, Path(contract_path).read_text(encoding="utf-8"))

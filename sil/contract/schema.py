@@ -26,6 +26,7 @@ from sil.contract.backendsettings import V1_SECTIONS, BackendSettings, settings_
 from sil.contract.certifies import certified_arms
 from sil.contract.petriparams import PetriParams as PetriParams
 from sil_policy import SURFACES, describe_validation_errors
+from sil_policy.credentials import find_in_lines
 from sil_policy.evidence import CHARS_PER_TOKEN_ESTIMATE
 
 # the audit backend's name: built in ones, or a package's (sil/exec/backends, entry point group `sil.backends`)
@@ -774,6 +775,7 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     from sil.base.yamlstrict import DuplicateYamlKey, YamlTooLarge, load_strict
 
     front, prose = split_front_matter(text, path)
+    refuse_secrets(text, front, path)
     if len(front) > MAX_FRONT_MATTER:
         raise ContractError(f"{path}: front matter has {len(front)} characters; at most {MAX_FRONT_MATTER}")
     try:
@@ -805,6 +807,22 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     programme = prose.strip()
     contract = contract.model_copy(update={"bound": _bound_hashes(contract, programme, Path(path))})
     return LoadedContract(contract=contract, programme=programme, path=path)
+
+
+def refuse_secrets(text: str, front: str, path: str) -> None:
+    """A credential anywhere in the contract is refused, naming its line: the programme is sent
+    to the mutator model (a remote one, for a cloud mutator) and the contract is stored with every
+    run and every revision under state/contracts/."""
+    hit = find_in_lines(text)
+    if hit is None:
+        return
+    line, rule = hit
+    part = "front matter" if line <= front.count("\n") + 2 else "research programme"
+    raise ContractError(
+        f"{path} line {line} ({part}) holds what looks like a secret ({rule}); remove it: the contract "
+        "is sent to the mutator model and stored with every run, and credentials are passed by environment "
+        "variable (models.<role>.credential_env names it)"
+    )
 
 
 def _sha256_file(path: Path, what: str) -> str:

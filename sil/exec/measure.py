@@ -52,8 +52,8 @@ from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.integrity.records import AuditUse
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
+from sil_policy.credentials import REDACTED, redact_text
 from sil_policy.evidence import AUDIT_DIR_ENV, EVIDENCE_FILE, TOKEN_COUNT_ENV, Evidence, Highlight, Usage
-from sil_policy.format import CREDENTIAL_ASSIGNMENT, SECRET_PATTERNS
 
 # Variables an audit may inherit. Credentials are added by name from the contract.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SYSTEMROOT")
@@ -454,21 +454,19 @@ def settle(ctx: MeasureContext, audits: list[tuple[str, Path]]) -> list[str]:
     return runner.settle(audits)
 
 
-_SECRET_PATTERNS = (*(pattern for _, pattern in SECRET_PATTERNS), CREDENTIAL_ASSIGNMENT)  # sil_policy's lists
 TAIL_LINES = 6
 
 
 def redact(text: str, ctx: MeasureContext | None = None) -> str:
-    """The text with credential values and key-shaped tokens replaced by «redacted»."""
+    """The text with the contract's credential values and every credential shape (sil_policy's
+    detector, the one the policy refusal uses) replaced by «redacted»."""
     if ctx is not None:
         for role in ("auditor", "target", "judge", "mutator"):
             name = getattr(ctx.contract.models, role).credential_env
             value = os.environ.get(name or "")
             if value and len(value) >= 4:
-                text = text.replace(value, "«redacted»")
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: m.group("pre") + "«redacted»", text)
-    return text
+                text = text.replace(value, REDACTED)
+    return redact_text(text)
 
 
 def _stderr_tail(req: AuditRequest, ctx: MeasureContext | None = None, limit: int = 600) -> str:

@@ -46,6 +46,7 @@ from sil_policy import (
     reject_duplicate_keys,
     validate_document,
 )
+from sil_policy.credentials import find_in_data
 from sil_policy.format import MAX_ITEMS, MAX_TEXT
 
 SIGN_CONVENTION = (
@@ -393,10 +394,21 @@ def _decode(raw: Any) -> dict[str, Any]:
     return data
 
 
+def refuse_secrets(data: Any) -> None:
+    """A credential anywhere in a mutation (its hypothesis as much as its value) is refused: the
+    mutation goes into the ledger, the reports and the next prompt."""
+    if hit := find_in_data(data):
+        raise MutationError(
+            f"mutation field {hit[0]} holds what looks like a secret ({hit[1]}); a mutation is recorded "
+            "in the ledger and the reports: write no credential in it"
+        )
+
+
 def parse_mutation(raw: str | bytes | dict[str, Any], allowed_surfaces: Sequence[str]) -> Mutation:
     """Parse and check a mutation: JSON text (duplicate keys refused) or an already-decoded dict."""
     allowed = _allowed(allowed_surfaces)
     data = _decode(raw)
+    refuse_secrets(data)
     # Surface and path first, so a hyperparameter change gets that error whatever else is wrong.
     _check_surface(data.get("surface"), allowed)
     _check_path(data.get("path"))

@@ -1,7 +1,10 @@
 """`sil export`: a run's audits, rounds and verdicts as flat rows, to CSV, Parquet or JSON (L3).
 
 One row per audit, per paired round and per verdict; `record` says which. Score columns are
-`mean.<dim>` (audit: mean over seeds) and `diff.<dim>` (round: candidate − champion).
+`mean.<dim>` (audit: mean over seeds) and `diff.<dim>` (round: candidate − champion). Proof of
+use: `use.<surface>` on an audit row (proven / not_provable / refuted), and on a verdict row
+`use.proven`, `use.not_provable`, `use.refuted`, the counts over its audits
+(sil/review/usecounts.py says what not provable means).
 
     rows = export_rows(view)
     write_rows(rows, Path("out.csv"), "csv")
@@ -20,6 +23,8 @@ import numpy as np
 from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
 from sil.review.runview import RunView
+from sil.review.usecounts import NOT_PROVABLE_MEANS, candidate_rounds, surface_counts, surface_words, verdict_counts
+from sil_policy.credentials import redact_data
 
 Format = Literal["csv", "parquet", "json"]
 FORMATS = ("csv", "parquet", "json")
@@ -31,6 +36,7 @@ def _audit_row(a: dict[str, Any]) -> dict[str, Any]:
     row["usd"] = (a.get("usage") or {}).get("usd")
     row["wall_s"] = a.get("wall_s")
     row["log_path"] = a.get("log_path")
+    row.update({f"use.{surface}": use for surface, use in sorted((a.get("use") or {}).items())})
     dims = sorted({d for s in a["scores"].values() for d in s})
     for d in dims:
         vals = [s[d] for s in a["scores"].values() if s.get(d) is not None]
@@ -55,9 +61,11 @@ def _round_row(r: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _verdict_row(v: dict[str, Any]) -> dict[str, Any]:
+def _verdict_row(v: dict[str, Any], view: RunView) -> dict[str, Any]:
     keys = ("arm", "mutation_id", "verdict", "reason", "candidate_set", "parent_set", "rounds", "alpha")
-    return {"record": "verdict", **{k: v.get(k) for k in keys}}
+    rounds = candidate_rounds(view.of_type("round"), v.get("arm", ""), v.get("mutation_id", ""))
+    use = verdict_counts(view.of_type("audit"), rounds)
+    return {"record": "verdict", **{k: v.get(k) for k in keys}, **{f"use.{k}": n for k, n in use.items()}}
 
 
 def export_rows(view: RunView) -> list[dict[str, Any]]:
@@ -68,11 +76,16 @@ def export_rows(view: RunView) -> list[dict[str, Any]]:
         elif rec.type == "round":
             rows.append(_round_row(rec.payload))
         elif rec.type == "verdict":
-            rows.append(_verdict_row(rec.payload))
+            rows.append(_verdict_row(rec.payload, view))
     for i, row in enumerate(rows):
         row["run_id"] = view.run_id
         row["row"] = i
     return rows
+
+
+def use_lines(view: RunView) -> list[str]:
+    """What `sil export` says beside the file: per surface, how many audits showed the policy's use."""
+    return [f"use shown (pair audits): {surface_words(surface_counts(view.of_type('audit')))}", NOT_PROVABLE_MEANS]
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -96,6 +109,7 @@ def _parquet(rows: list[dict[str, Any]], cols: list[str]) -> bytes:
 
 
 def write_rows(rows: list[dict[str, Any]], path: Path, fmt: Format) -> Path:
+    rows = redact_data(rows)  # an export leaves the machine: no credential in it, whatever the ledger held
     cols = _columns(rows)
     if fmt == "json":
         data = json.dumps([{c: r.get(c) for c in cols} for r in rows], indent=1).encode()

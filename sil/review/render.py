@@ -18,6 +18,8 @@ from sil.review.plots import all_plots
 from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.runview import RunView
 from sil.review.summary import DIRECTION_LINE
+from sil.review.usecounts import surface_words, words
+from sil_policy.credentials import redact_data
 
 PLOT_TITLES = {
     "trajectories": "Target and critical dimensions per audit, per arm",
@@ -89,6 +91,7 @@ def _candidate_rows(d: ReportData) -> list[list[str]]:
                 c.arm,
                 f"{c.mutation_id}\non {c.parent_set}" if c.mutation_id in shared and c.parent_set else c.mutation_id,
                 fmt_effect(c.observed.get(d.target)),
+                words(c.use),
                 c.reason or "",
                 f"{c.surface}.{c.path}",
                 expected,
@@ -111,6 +114,7 @@ CAND_HEAD = [
     "arm",
     "mutation",
     "observed Δ target (90% CI)",
+    "use shown (audits)",
     "reason",
     "surface.path",
     "expected effect",
@@ -118,7 +122,7 @@ CAND_HEAD = [
     "evidence",
     "audits",
 ]
-NOWRAP = {0: "verdict", 1: "id", 2: "id", 9: "num"}  # columns whose cells never wrap
+NOWRAP = {0: "verdict", 1: "id", 2: "id", 10: "num"}  # columns whose cells never wrap
 
 
 def _plural(n: int, word: str) -> str:
@@ -131,11 +135,11 @@ def _candidate_html(d: ReportData) -> str:
     for r in _candidate_rows(d):
         cells = [f"<td class='verdict {_e(r[0].lower())}'>{_e(r[0])}</td>"]
         cells += [
-            f"<td class='{NOWRAP[i]}'>{_e(r[i])}</td>" if i in NOWRAP else f"<td>{_e(r[i])}</td>" for i in range(1, 8)
+            f"<td class='{NOWRAP[i]}'>{_e(r[i])}</td>" if i in NOWRAP else f"<td>{_e(r[i])}</td>" for i in range(1, 9)
         ]
-        items = _plural(len(r[8].split("; ")) if r[8] else 0, "item")
-        cells.append(f"<td><details><summary>{items}</summary>{_e(r[8])}</details></td>")
-        cells.append(f"<td class='num'>{_e(r[9])}</td>")
+        items = _plural(len(r[9].split("; ")) if r[9] else 0, "item")
+        cells.append(f"<td><details><summary>{items}</summary>{_e(r[9])}</details></td>")
+        cells.append(f"<td class='num'>{_e(r[10])}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<div class='tw'><table id='candidates'><tr>{th}</tr>{''.join(body)}</table></div>"
 
@@ -194,6 +198,7 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],
+        ["use of the policy shown (pair audits, per surface)", f"{surface_words(d.use)}. {d.use_note}"],
         ["direction", DIRECTION_LINE.removeprefix("all dimensions: ")],
     ]
 
@@ -378,7 +383,7 @@ def render_html(d: ReportData, pngs: dict[str, bytes]) -> str:
     parts.append(_html_table(["item", "value"], _overview_rows(d), "kv"))
     parts += ["<h2>Arms</h2>", _html_table(ARM_HEAD, _arm_rows(d))]
     parts += _cost_html(d)
-    parts += ["<h2>Candidates</h2>", _candidate_html(d)]
+    parts += ["<h2>Candidates</h2>", f"<p>Use shown: {_e(d.use_note)}.</p>", _candidate_html(d)]
     if _shared_ids(d):
         parts.append(f"<p>{_e(SHARED_NOTE)}</p>")
     parts += ["<h2 id='certification'>Certification and held-out re-measurement</h2>", f"<p>{_e(CERT_NOTE)}</p>"]
@@ -404,7 +409,8 @@ def render_md(d: ReportData, plot_files: dict[str, str]) -> str:
     lines += [f"**{_m(d.conclusion)}**", "", "## Contract, approval and trust", ""]
     lines += [_md_table(["item", "value"], _overview_rows(d)), "", "## Arms", "", _md_table(ARM_HEAD, _arm_rows(d)), ""]
     lines += _cost_md(d)
-    lines += ["## Candidates", "", _md_table(CAND_HEAD, _candidate_rows(d)), ""]
+    lines += ["## Candidates", "", f"Use shown: {_m(d.use_note)}.", ""]
+    lines += [_md_table(CAND_HEAD, _candidate_rows(d)), ""]
     if _shared_ids(d):
         lines += [SHARED_NOTE, ""]
     lines += ["## Certification and held-out re-measurement", "", CERT_NOTE, ""]
@@ -435,6 +441,8 @@ def write_report(view: RunView, d: ReportData, out_dir: Path, root: Path | None 
     confined(out_dir, root or out_dir)
     for sub in ("plots", "report.html", "report.md", "report.json"):
         confined(out_dir / sub, out_dir)
+    # the ledger refuses credentials on the way in; a report leaves the machine, so it is redacted again
+    d = ReportData.model_validate(redact_data(d.model_dump(mode="json")))
     pngs = all_plots(view, d)
     files = {}
     for name, png in pngs.items():

@@ -25,6 +25,7 @@ from scipy import stats
 from sil.integrity.verify import verify_run_ledger
 from sil.review.runview import LEDGER, RunView
 from sil.review.summary import Summary, build_summary, conclusion_text, error_words, noise_line
+from sil.review.usecounts import NOT_PROVABLE_MEANS, candidate_rounds, surface_counts, verdict_counts
 
 LEVEL = 0.9
 MAX_DIFF_LINES = 200
@@ -54,6 +55,7 @@ class Candidate(BaseModel):
     audits: list[str]
     open_audits: str
     parent_set: str = ""  # the arm's champion the candidate was tried on (its verdict's parent)
+    use: dict[str, int] = {}  # its pair audits' proof of use: proven / not_provable / refuted
 
 
 class KeptDiff(BaseModel):
@@ -154,6 +156,8 @@ class ReportData(BaseModel):
     kept: list[KeptDiff]
     cost: Cost | None = None
     conclusion: str
+    use: dict[str, dict[str, int]] = {}  # per surface: how many pair audits proved its use
+    use_note: str = NOT_PROVABLE_MEANS
 
 
 def effect(values: list[float], noise: tuple[float, int] | None = None) -> Effect:
@@ -185,6 +189,7 @@ def _open_command(view: RunView, audit_ids: list[str]) -> str:
 
 def candidates(view: RunView, dims: list[str], noise: dict[str, tuple[float, int]] | None = None) -> list[Candidate]:
     verdicts = {(v["arm"], v["mutation_id"]): v for v in view.of_type("verdict")}
+    all_rounds, all_audits = view.of_type("round"), view.of_type("audit")
     out = []
     for m in view.of_type("mutation"):
         mut = m["mutation"]
@@ -214,6 +219,7 @@ def candidates(view: RunView, dims: list[str], noise: dict[str, tuple[float, int
                 audits=audit_ids,
                 open_audits=_open_command(view, audit_ids),
                 parent_set=v.get("parent_set") or "",
+                use=verdict_counts(all_audits, candidate_rounds(all_rounds, m["arm"], mut["mutation_id"])),
             )
         )
     return out
@@ -394,4 +400,5 @@ def build_report(view: RunView, root: Path) -> ReportData:
         kept=kept_diffs(view),
         cost=cost(view),
         conclusion=conclusion_text(summary),
+        use=surface_counts(view.of_type("audit")),
     )

@@ -19,11 +19,19 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
+from sil.review.usecounts import (
+    NOT_PROVABLE_MEANS,
+    NOT_PROVABLE_SHORT,
+    candidate_rounds,
+    surface_counts,
+    verdict_counts,
+    words,
+)
 from sil.store.champion import ChampionStatus, champions
 
 if TYPE_CHECKING:  # the models alone are light: a cached row is read without the run's models
@@ -39,6 +47,7 @@ class Verdict(BaseModel):
     mutation_id: str
     verdict: str
     reason: str
+    use: dict[str, int] = {}  # its pair audits' proof of use (sil/review/usecounts.py)
 
 
 class RunStatus(BaseModel):
@@ -70,6 +79,8 @@ class RunStatus(BaseModel):
     confirmations: int = 0
     verified: bool = False  # the ledger verifies and the snapshots agree with it
     ledger: str = ""  # what was checked, or why it does not verify
+    use: dict[str, dict[str, int]] = {}  # per surface: pair audits that proved / could not prove its use
+    use_note: str = NOT_PROVABLE_MEANS
 
 
 class RunOverview(BaseModel):
@@ -173,7 +184,7 @@ def run_status(view: RunView) -> RunStatus:
     if s and planned and audits and s.phase not in FINAL_PHASES and not halted:
         eta = round(elapsed / audits * max(planned - audits, 0), 1)
     champs = _champions(view)
-    verdicts = [Verdict(**{k: str(v.get(k, "?")) for k in Verdict.model_fields}) for v in view.of_type("verdict")]
+    verdicts = [_verdict(view, v) for v in view.of_type("verdict")]
     verified, ledger = ledger_word(view)
     return RunStatus(
         run_id=view.run_id,
@@ -203,7 +214,15 @@ def run_status(view: RunView) -> RunStatus:
         confirmations=s.shared.budget.confirmations if s else 0,
         verified=verified,
         ledger=ledger,
+        use=surface_counts(view.of_type("audit")),
     )
+
+
+def _verdict(view: RunView, v: dict[str, Any]) -> Verdict:
+    """A verdict as status shows it, with its pair audits' proof of use (a malformed record reads '?')."""
+    rounds = candidate_rounds(view.of_type("round"), str(v.get("arm")), str(v.get("mutation_id")))
+    fields = {k: str(v.get(k, "?")) for k in ("arm", "mutation_id", "verdict", "reason")}
+    return Verdict(**fields, use=verdict_counts(view.of_type("audit"), rounds))
 
 
 def run_overview(view: RunView) -> RunOverview:
@@ -296,7 +315,11 @@ def status_lines(st: RunStatus) -> list[str]:
         if c.keeps:
             lines.append(f"{c.arm} champion {c.set_id}: {c.words}")
     for v in st.last_verdicts:
-        lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}")
+        use = f" [use: {words(v.use)}]" if v.use else ""
+        lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}{use}")
+    lines += [f"use shown in pair audits, {surface}: {words(counts)}" for surface, counts in st.use.items()]
+    if any(c.get("not_provable") for c in st.use.values()):
+        lines.append(NOT_PROVABLE_SHORT)
     if st.halt_reason:
         lines.append(f"HALTED: {st.halt_reason} — fix the cause, then run the same `sil run` again to resume")
     lines += [f"note: {p}" for p in st.problems]

@@ -29,6 +29,7 @@ from sil.search.evidence import MutatorContext, build_context, check_citation, o
 from sil.search.proposers import Proposal, ProposalRequest, Proposer, make_proposer
 from sil.store.events import ProposerGap
 from sil.store.runstate import ArmState, Pending
+from sil_policy.credentials import find_in_data, redact_text
 
 ARM_ORDER = ("never", "random", "gate")  # the proposer's rng stream per arm
 MAX_GAP_REASON = 2000
@@ -49,6 +50,19 @@ def proposer_check(loaded: LoadedContract) -> CheckItem:
     except Exception as ex:  # a plugin's factory may raise anything; the user needs its words
         return CheckItem(name="proposer", status="fail", detail=f"mutator {model}: {type(ex).__name__}: {ex}")
     return CheckItem(name="proposer", status="ok", detail=f"{model} ({type(proposer).__name__})")
+
+
+def without_secrets(proposal: Proposal) -> Proposal:
+    """The proposal as the ledger may hold it: a mutation with a credential in any field is
+    refused (a gap naming the field), and a credential in a gap, stop or call error is redacted."""
+    calls = [c.model_copy(update={"error": redact_text(c.error)}) if c.error else c for c in proposal.calls]
+    gap = redact_text(proposal.gap) if proposal.gap else None
+    stop = redact_text(proposal.stop) if proposal.stop else None
+    mutation = proposal.mutation
+    if mutation is not None and (hit := find_in_data(mutation.model_dump(mode="json"))):
+        gap = f"proposal refused before the ledger: its field {hit[0]} holds what looks like a secret ({hit[1]})"
+        mutation = None
+    return Proposal(mutation=mutation, calls=calls, gap=gap, stop=stop)
 
 
 class CandidateSource:
@@ -103,7 +117,9 @@ class CandidateSource:
 
     @staticmethod
     def checked(proposal: Proposal, context: MutatorContext | None) -> Proposal:
-        """The loop's own citation check, independent of the proposer: evidence must be this run's."""
+        """The loop's own checks, independent of the proposer, before anything is recorded: no
+        credential anywhere in what it returned, and evidence that is this run's."""
+        proposal = without_secrets(proposal)
         if context is None or proposal.mutation is None:
             return proposal
         bad = [why for item in proposal.mutation.evidence if (why := check_citation(item, context))]

@@ -35,6 +35,7 @@ from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
 from sil.search.proposers.base import MutatorCall, Proposal, ProposalRequest, ProposerBase
 from sil_policy import SURFACES
+from sil_policy.credentials import redact_data, redact_text
 
 if TYPE_CHECKING:
     from inspect_ai.tool import ToolCall
@@ -63,6 +64,13 @@ def worst_case_cost(contract: Any) -> tuple[int, float]:
     p = role.price
     per_call = 0.0 if p is None else (tokens_in * p.input_per_mtok + m.max_output_tokens * p.output_per_mtok) / 1e6
     return calls, calls * per_call
+
+
+def redacted_output(output: Any) -> Any:
+    """The model's answer with every credential in its text and tool arguments redacted."""
+    from inspect_ai.model import ModelOutput
+
+    return ModelOutput.model_validate(redact_data(output.model_dump(mode="json")))
 
 
 class Rejected(Exception):
@@ -167,7 +175,9 @@ class LLMProposer(ProposerBase):
         ctx = request.context
         if not isinstance(ctx, MutatorContext):
             return Proposal(gap="the LLM mutator needs the run's evidence (no MutatorContext was given)")
-        prompt = render_prompt(self.loaded, request.champion, ctx)
+        # the evidence quotes model outputs: no credential in them is sent on (the programme and
+        # the policies were refused with one at `sil check`)
+        prompt = redact_text(render_prompt(self.loaded, request.champion, ctx), assignments=False)
         messages: list[Any] = [ChatMessageUser(content=prompt)]
         calls: list[MutatorCall] = []
         error = "no call made"
@@ -210,7 +220,7 @@ class LLMProposer(ProposerBase):
             calls.append(MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=lost.usd, error=note))
         output = journal.replay(ModelOutput)
         if output is not None:
-            return output, None
+            return redacted_output(output), None  # a journal an older version wrote may hold one
         if why := request.spend(bound + sum(c.usd for c in calls)):
             return None, Proposal(calls=calls, stop=f"mutator call not made: {why}")
         journal.begin(bound, lost)
@@ -219,10 +229,14 @@ class LLMProposer(ProposerBase):
         except WallTimeReached as ex:  # the run's own limit, not the model's failure: halt
             raise Halt(str(ex)) from None
         except Exception as ex:  # provider errors: a recorded gap, never a crash of the run
+            why = redact_text(str(ex))  # a provider's error may quote the key it was given
             calls.append(
-                MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=bound, error=str(ex)[:300])
+                MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=bound, error=why[:300])
             )
-            return None, Proposal(calls=calls, gap=f"mutator model call failed: {str(ex)[:200]}")
+            return None, Proposal(calls=calls, gap=f"mutator model call failed: {why[:200]}")
+        # stored and replayed redacted: a credential the model wrote is kept nowhere (the mutation
+        # that held it is refused by parse_mutation, fresh or replayed)
+        output = redacted_output(output)
         journal.finish(output.model_dump_json())
         return output, None
 

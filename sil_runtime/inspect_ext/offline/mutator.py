@@ -11,7 +11,8 @@ a public playbook of symptom -> policy fixes, the kind of advice a careful engin
 give; it never sees the simulated world.
 
 Variants for tests: `mutator-invalid` always answers with a hyperparameter change;
-`mutator-fabricate` cites an audit that does not exist.
+`mutator-fabricate` cites an audit that does not exist; `mutator-leak` writes a credential
+(`LEAKED`, a made-up one) into its hypothesis and text until it is rejected once per option.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from sil_runtime.inspect_ext.offline.common import call, output, text_between
 TOOL = "propose_mutation"
 NO_PROPOSAL = "NO_PROPOSAL"  # the template's answer for "the evidence supports no further change"
 MAX_CITES = 4
+# made up, in the glued form a model might copy from a config it saw: what `mutator-leak` writes
+LEAKED = "aws_key_id_" + "AKIA" + "Q7X2M4N8P3R6T9V1"
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,9 @@ def _value_at(doc: Any, path: str) -> Any:
     return doc
 
 
+LEAKED_REJECTION = "looks like a secret"
+
+
 def respond(mode: str, input: Sequence[ChatMessage]) -> ModelOutput:
     model = f"scripted/{mode}"
     prompt = input[0].text if input else ""
@@ -230,6 +236,9 @@ def respond(mode: str, input: Sequence[ChatMessage]) -> ModelOutput:
     if mode == "mutator-fabricate" and options:
         fake = {**options[0], "evidence": ["audit:never-happened-t0-candidate/seed:order_tool_error/dim:concerning"]}
         return output(model, input, tool_calls=[call(TOOL, **fake)])
+    if mode == "mutator-leak" and rejections < len(options) and not any(LEAKED_REJECTION in m.text for m in input):
+        leak = {**options[rejections], "hypothesis": f"{options[rejections]['hypothesis']} (tested with {LEAKED})"}
+        return output(model, input, content=f"Using {LEAKED}.", tool_calls=[call(TOOL, **leak)])
     if rejections >= len(options):
         return output(model, input, content=f"{NO_PROPOSAL}: no further evidence-backed change to propose.")
     return output(model, input, tool_calls=[call(TOOL, **options[rejections])])

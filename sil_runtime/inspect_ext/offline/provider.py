@@ -21,6 +21,7 @@ ROLES = (
     "mutator",
     "mutator-invalid",
     "mutator-fabricate",
+    "mutator-leak",
 )
 
 LONG_READ_TOKENS = 250_000  # what target-longread reports reading on top of its input, in every call
