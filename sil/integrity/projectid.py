@@ -80,6 +80,16 @@ def project_id(root: Path, *, create: bool = True) -> str | None:
     raise CheckpointError(f"could not read or create {PROJECT_REF} in {repo}")
 
 
+def check_project_id(root: Path) -> None:
+    """ProjectIdLost when the project has no id while runs made under one are here; else nothing
+    (writes nothing: a run checks this before it writes, and makes the id once its inputs passed)."""
+    repo = anchor_repo(root, create=False)
+    if repo is None or read_project_id(Git(repo)) is not None:
+        return
+    if runs := earlier_runs(root, repo):
+        raise ProjectIdLost(lost_message(root, repo, runs))
+
+
 def read_project_id(git: Git) -> str | None:
     commit = git.resolve(PROJECT_REF)
     return None if commit is None else git.out("cat-file", "blob", f"{commit}:{PROJECT_FILE}")

@@ -48,7 +48,7 @@ from sil.exec.measure import MeasureContext
 from sil.exec.startchecks import run_refusals
 from sil.integrity.checkpoint import CheckpointError, anchor_repo, project_id, start_conflict, write_checkpoint
 from sil.integrity.ledger import Ledger, LedgerError, read_records
-from sil.integrity.projectid import ProjectIdLost
+from sil.integrity.projectid import ProjectIdLost, check_project_id
 from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
 from sil.integrity.witness import Witness, WitnessError, witness_from_env
 from sil.policies.store import HandEditedPolicy, PolicyStore
@@ -204,7 +204,7 @@ def halt(rc: RunContext, reason: str) -> None:
 def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> RunContext:
     """The run context for a new or stored run (Refused if it cannot be resumed as asked)."""
     contract = loaded.contract
-    project = run_project(cfg.repo_root)
+    run_project(cfg.repo_root, create=False)  # a lost id is refused before anything is written
     measure_ctx = MeasureContext.from_contract(contract, cfg.repo_root)
     backend = make_backend(contract.backend)
     store = PolicyStore(cfg.run_dir)
@@ -229,7 +229,8 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
             shared=JudgeState.start(promotion),
         )
 
-    journal = Journal.open(cfg.run_dir, ledger, new_state, cfg.on_event)
+    journal = Journal.open(cfg.run_dir, ledger, new_state, cfg.on_event)  # reads and checks the policies
+    project = run_project(cfg.repo_root)
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(cfg.before_audits, cfg.anchor))
     rounds.reserve_usd = canary_reserve(contract, measure_ctx.measurement_root, backend)
     rc = RunContext(
@@ -253,10 +254,13 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
     return rc
 
 
-def run_project(root: Path) -> str:
-    """The project id this run names; refused, before anything is written, when the id is lost
-    while earlier runs name one (a clone made without refs/sil/*, a deleted ref)."""
+def run_project(root: Path, create: bool = True) -> str:
+    """The project id this run names (made on the project's first run once `create`); refused when
+    the id is lost while earlier runs name one (a clone made without refs/sil/*, a deleted ref)."""
     try:
+        if not create:
+            check_project_id(root)
+            return ""
         return project_id(root) or ""
     except ProjectIdLost as ex:
         raise Refused(str(ex)) from None
