@@ -44,6 +44,7 @@ RECORD_TYPES = frozenset(
         "recovery",
         "repair",
         "halt",
+        "resume",
         "mutator_call",
         "proposer_gap",
         "effect",
