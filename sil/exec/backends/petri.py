@@ -36,6 +36,8 @@ from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 from sil.contract import prepare
 from sil.contract.schema import LIVE_JUDGE_NOTE, Contract, ContractError, PetriParams, RoleModel
+from sil.exec.backends.petri_agent import resolve_target_agent
+from sil.exec.checkitem import CheckItem
 from sil.exec.measure import AuditRequest, GapError, MeasureContext
 from sil.exec.modelcalls import trusted_tokens
 from sil_policy.evidence import PETRI_REPORT_KEY, Evidence, SampleEvidence, Usage
@@ -72,6 +74,13 @@ class PetriBackend:
 
     def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
         return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
+
+    def start_checks(self, contract: Contract) -> list[CheckItem]:
+        """Before any audit: the target agent resolves as the audit will resolve it."""
+        item = resolve_target_agent(contract)
+        if item.status == "fail" and contract.executor.kind == "ray":  # the workers' environment may differ
+            item = item.model_copy(update={"status": "warn", "detail": f"{item.detail} (on this machine)"})
+        return [item]
 
     def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
         check_pins()
