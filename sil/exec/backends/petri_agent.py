@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 
 from pydantic import BaseModel
 
-from sil.contract.schema import Contract
+from sil.contract.schema import Contract, PetriParams
 from sil.exec.checkitem import CheckItem
 from sil.exec.measure import base_env
 
@@ -50,7 +50,7 @@ def lookup(name: str, params: dict[str, str]) -> AgentLookup:
     from inspect_ai._util.registry import registry_find, registry_info, registry_lookup
 
     found = registry_lookup("agent", name)
-    if found is not None:
+    if callable(found):
         try:
             inspect.signature(found).bind(**params)
         except TypeError as ex:
@@ -85,7 +85,7 @@ def run_lookup(name: str, params_json: str) -> AgentLookup:
 
 def resolve_target_agent(contract: Contract) -> CheckItem:
     """A `target_agent` check item: ok when the audit will find the agent, else the fix."""
-    petri = contract.petri
+    petri = contract.petri or PetriParams()
     name = petri.target_agent
     try:
         found = run_lookup(name, json.dumps(petri.target_agent_params, sort_keys=True))
