@@ -18,12 +18,16 @@ $(VENV)/bin/python:
 	$(PYTHON312) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 
-$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+# `pip install -e .` brings sil-policy (sil_policy/, its own distribution) as a copy, the direct
+# reference setup.py makes; reinstalled editable, so every process sees an edit of sil_policy/.
+$(RUN_STAMP): pyproject.toml setup.py sil_policy/pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q -e .
+	$(VENV)/bin/python -m pip install -q --no-deps -e ./sil_policy
 	@touch $@
 
-$(TEST_STAMP): pyproject.toml $(RUN_STAMP)
+$(TEST_STAMP): pyproject.toml setup.py sil_policy/pyproject.toml $(RUN_STAMP)
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	$(VENV)/bin/python -m pip install -q --no-deps -e ./sil_policy
 	@touch $@
 
 run: $(RUN_STAMP)

@@ -2,14 +2,14 @@
 
 The package is layered by folder. A module may import only from its own folder or from folders
 listed before it in `LAYERS` (tests/test_layers.py enforces this; `sil_policy` is the policy
-format shared with runtimes, `sil_runtime` the reference runtime under test, and nothing in
-`sil` imports the runtime). The repository's top-level card files (prepare.py, train.py,
+format shared with runtimes, its own distribution that imports nothing of `sil`; `sil_runtime`
+the reference runtime under test, and nothing in `sil` imports the runtime). The repository's top-level card files (prepare.py, train.py,
 measure.py, fitness.py, gate.py, ledger.py) are readable entry points over these packages.
 """
 
 LAYERS: tuple[str, ...] = (
-    "sil/base",
     "sil_policy",
+    "sil/base",
     "sil/contract",
     "sil/policies",
     "sil/stats",

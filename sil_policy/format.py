@@ -16,8 +16,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from sil.base.fsutil import read_regular
 from sil_policy.credentials import find_in_data
+from sil_policy.files import read_regular
 
 MAX_TEXT = 4000
 MAX_NAME = 64

@@ -49,6 +49,7 @@ from sil.contract.schema import Contract
 from sil.exec import attempts, auditproc, useproof, zygote
 from sil.exec.attempts import AuditStateUnknown
 from sil.exec.auditproc import AuditTimedOut, WorkerLost
+from sil.exec.checkitem import CheckItem
 from sil.integrity.records import AuditUse
 from sil.stats import fitness
 from sil_policy import SURFACES, content_hash
@@ -290,6 +291,11 @@ class AuditBackend(Protocol):
         the backend keeps no passes apart, so `sil noise` refuses it before any audit."""
         ...
 
+    def start_checks(self, contract: Contract) -> list[CheckItem]:
+        """The backend's own checks before its first audit, offline (`sil check`, and `sil run`
+        refuses on a failed one): e.g. Petri resolves its target agent. Default: none."""
+        ...
+
 
 class BackendBase:
     """The defaults of `AuditBackend`'s optional members; a backend subclasses it."""
@@ -331,6 +337,9 @@ class BackendBase:
 
     def judge_passes(self) -> JudgePassReader | None:
         return None
+
+    def start_checks(self, contract: Contract) -> list[CheckItem]:
+        return []
 
 
 def missing_members(backend: object) -> list[str]:

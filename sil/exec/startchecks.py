@@ -25,6 +25,7 @@ from sil.contract.schema import Contract, LoadedContract, approval_free_reason
 from sil.exec import rayexec
 from sil.exec.auditcount import PlanCounts, plan_counts
 from sil.exec.backends import make_backend
+from sil.exec.checkitem import CheckItem
 from sil.policies.store import read_policy_dir
 from sil_policy import PolicyError
 
@@ -73,12 +74,6 @@ SEED_OPENAI = (
     "OpenAI honours seed on a best-effort basis and on the Chat Completions API only: inspect-ai sends "
     "o-series, codex and gpt-5 models through the Responses API, which drops it (with a warning)"
 )
-
-
-class CheckItem(BaseModel):
-    name: str
-    status: Literal["ok", "fail", "warn"]
-    detail: str
 
 
 class CheckReport(BaseModel):
@@ -294,6 +289,15 @@ def _backend(c: Contract) -> CheckItem:
     return CheckItem(name="backend", status="ok", detail=f"{c.backend}: {backend.describe(c).note}")
 
 
+def _backend_checks(c: Contract) -> list[CheckItem]:
+    """What only the contract's backend can check before an audit (Petri: its target agent resolves)."""
+    try:
+        backend = make_backend(c.backend)
+    except (ValueError, ImportError):
+        return []  # `_backend` reports why
+    return backend.start_checks(c)
+
+
 def _budget(c: Contract, root: Path) -> CheckItem:
     plan = planned_audits(c)
     try:
@@ -321,6 +325,7 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
     items = [
         CheckItem(name="contract", status="ok", detail=f"{c.contract_id} (hash {c.contract_hash[:12]})"),
         _backend(c),
+        *_backend_checks(c),
         _dimensions(c, root),
         *_measurement_and_policies(c, root),
         *_providers(c),
@@ -337,5 +342,7 @@ def run_refusals(loaded: LoadedContract, root: Path) -> list[CheckItem]:
     """The start-time checks `sil run` refuses on before it creates anything (the rest it makes itself)."""
     c = loaded.contract
     checks = [_backend(c), _dimensions(c, root), *_providers(c), *_local_servers(c, probe_tools=False), *_executor(c)]
+    if not any(i.status == "fail" for i in checks):  # the backend's own checks may start a subprocess
+        checks += _backend_checks(c)
     checks += _approval(c, root)
     return [i for i in checks if i.status == "fail"]

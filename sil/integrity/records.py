@@ -412,6 +412,16 @@ class HaltRecord(Payload):
     phase: str | None = None
 
 
+class ResumeRecord(Payload):
+    """A halted run resumed: its cause is checked anew with fresh retries. Recorded gaps stay in
+    the ledger; consecutive-gap counts restart here, and preflight attempts count from
+    `preflight_attempts_before` (the probes already recorded), so a fixed cause gets new audits."""
+
+    after_halt: str  # the reason of the halt this resume follows
+    phase: str  # the phase the run goes back to
+    preflight_attempts_before: int
+
+
 class SegmentRecord(Payload):
     """Opens a new segment after a finished run's `stop` (replicate, promote): no other record may
     follow a `stop`. Linked to the stop it continues; checkpointed as soon as it is written."""
@@ -451,6 +461,7 @@ RECORD_MODELS: dict[str, type[Payload]] = {
     "recovery": RecoveryRecord,
     "repair": RepairRecord,
     "halt": HaltRecord,
+    "resume": ResumeRecord,
     "mutator_call": MutatorCallRecord,
     "proposer_gap": ProposerGapRecord,
     "effect": EffectRecord,
@@ -524,6 +535,10 @@ class Keys:
     @staticmethod
     def halt(n: int) -> str:
         return f"halt:{n}"
+
+    @staticmethod
+    def resume(n: int) -> str:
+        return f"resume:{n}"
 
     @staticmethod
     def segment(n: int) -> str:

@@ -18,9 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from sil.base.fsutil import atomic_write_bytes, read_regular
+from sil.base.fsutil import atomic_write_bytes
 from sil.policies.setid import set_id_of
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface
+from sil_policy.files import read_regular
 from sil_policy.format import MAX_FILE_BYTES
 
 

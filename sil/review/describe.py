@@ -77,6 +77,7 @@ _DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     ),
     "stop": lambda p: f"{p['reason']} after {p['audits']} audits ({p['gaps']} gaps)",
     "halt": lambda p: p["reason"],
+    "resume": lambda p: f"resumed into {p['phase']} after: {p['after_halt']} (retries start afresh)",
 }
 
 

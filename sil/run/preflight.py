@@ -32,7 +32,7 @@ from sil.base.errors import Halt
 from sil.exec import measure
 from sil.exec.measure import AuditBackend, AuditRequest, GapError, MeasureContext
 from sil.exec.useproof import PROMPT_VISIBLE
-from sil.integrity.records import Keys, PreflightReport, SurfaceProbe, Use
+from sil.integrity.records import Keys, PreflightReport, ResumeRecord, SurfaceProbe, Use
 from sil.run.context import RunContext
 from sil.store.events import PreflightGap, PreflightPassed
 from sil_policy import SURFACES, PolicyError, canonical_bytes, content_hash, parse_surface, validate_document
@@ -217,10 +217,13 @@ def preflight_phase(rc: RunContext) -> None:
     """Prove every surface in the search space reaches the target before spending budget.
 
     A gap (no usable evidence) is retried like any audit gap; a probe that saw the wrong
-    policy halts at once.
+    policy halts at once. After a resume the attempts count from the resume's record: the
+    recorded probes stay in the ledger, and the fixed wiring gets new audits.
     """
     base = hashlib.sha256(rc.state.run_id.encode()).hexdigest()[:10]
-    for attempt in range(rc.contract.stop.max_consecutive_gaps):
+    resumes = rc.book.payloads("resume", ResumeRecord)
+    first = resumes[-1].preflight_attempts_before if resumes else 0
+    for attempt in range(first, first + rc.contract.stop.max_consecutive_gaps):
         key = Keys.probe(attempt)
         report = rc.book.get("probe", key, PreflightReport)
         if report is None:

@@ -21,7 +21,7 @@ import numpy as np
 from sil.base.errors import Halt
 from sil.base.faults import crashpoint
 from sil.contract.schema import LoadedContract
-from sil.exec.startchecks import CheckItem
+from sil.exec.checkitem import CheckItem
 from sil.integrity.records import EffectRecord, Keys, MutationRecord, MutatorCallRecord, ProposerGapRecord, RoundRecord
 from sil.policies.mutation import Mutation
 from sil.run.context import RunContext

@@ -49,7 +49,7 @@ from sil.exec.startchecks import run_refusals
 from sil.integrity.checkpoint import CheckpointError, anchor_repo, project_id, start_conflict, write_checkpoint
 from sil.integrity.ledger import Ledger, LedgerError, read_records
 from sil.integrity.projectid import ProjectIdLost, check_project_id
-from sil.integrity.records import HaltRecord, Keys, RunRecord, StopRecord, Trust
+from sil.integrity.records import HaltRecord, Keys, ResumeRecord, RunRecord, StopRecord, Trust
 from sil.integrity.witness import Witness, WitnessError, witness_from_env
 from sil.policies.store import HandEditedPolicy, PolicyStore
 from sil.review.runview import write_contract_snapshot
@@ -157,11 +157,17 @@ def disk_halt(rc: RunContext, ex: BaseException) -> None:
 
 
 def resume_after_halt(rc: RunContext) -> None:
-    """Run again after a halt: back to the halted phase, where the cause is checked anew."""
+    """Run again after a halt: back to the halted phase, where the cause is checked anew with
+    fresh retries (the `resume` record says from where; the recorded gaps stay)."""
     state = rc.state
     if state.phase == "halted":
         rc.emit(Resuming(state.halt_reason))
-        state.phase, state.halt_reason = state.resume_phase or "preflight", None
+        phase = state.resume_phase or "preflight"
+        resume = ResumeRecord(
+            after_halt=state.halt_reason or "", phase=phase, preflight_attempts_before=len(rc.book.of_type("probe"))
+        )
+        rc.book.once(Keys.resume(len(rc.book.of_type("resume"))), resume)
+        state.phase, state.halt_reason = phase, None
         state.consecutive_gaps = {}
 
 

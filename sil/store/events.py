@@ -176,7 +176,7 @@ class Resuming:
     halt_reason: str | None
 
     def text(self) -> str:
-        return f"resuming after a halt: {self.halt_reason}"
+        return f"resuming after a halt: {self.halt_reason}; retries start afresh"
 
 
 @dataclass(frozen=True)

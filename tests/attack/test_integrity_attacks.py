@@ -564,7 +564,7 @@ def test_a_paid_preflight_that_could_exceed_the_usd_budget_is_not_run(monkeypatc
     rc = SimpleNamespace(
         state=state,
         contract=petri_contract(),
-        book=SimpleNamespace(get=lambda *a: None),
+        book=SimpleNamespace(get=lambda *a: None, payloads=lambda *a: []),
         rounds=SimpleNamespace(usd_left=usd_left, recover=lambda pairs: None),
         backend=SimpleNamespace(audit_cost_bound=lambda contract, n: 0.01),  # a paid audit: $0.01 at worst
         run_dir=tmp_path,

@@ -1,9 +1,10 @@
 """The second runtime (examples/mini_runtime), written from the integration doc, audited offline.
 
 The example is "installed" the way `pip install -e examples/mini_runtime` would make inspect-ai
-find it: its source directory and an entry-point record (`*.dist-info/entry_points.txt`) on the
-audit's PYTHONPATH. The Petri runs are slow (real `inspect_petri/audit` with scripted models);
-the policy loader is tested fast.
+find it: its source directory and the records of an editable install (`*.dist-info` with its
+entry point and `direct_url.json`, from which inspect-ai prefixes the package name) on the
+audit's PYTHONPATH. The real pip install is tested in test_mini_runtime_install.py. The Petri
+runs are slow (real `inspect_petri/audit` with scripted models); the policy loader is tested fast.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def installed(tmp: Path) -> str:
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mini-runtime\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text("[inspect_ai]\nmini_runtime = mini_runtime._registry\n")
+    (info / "direct_url.json").write_text(json.dumps({"url": EXAMPLE.as_uri(), "dir_info": {"editable": True}}))
     return f"{EXAMPLE}:{tmp / 'site'}"
 
 

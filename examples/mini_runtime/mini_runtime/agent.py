@@ -1,5 +1,8 @@
 """`mini_runtime/mini_target`: the Petri target agent of the mini runtime.
 
+Registered as `@agent(name="mini_target")`: inspect-ai itself puts the installed package's name
+in front (`mini_runtime/mini_target`), so the name given here carries no package prefix.
+
 One model call per turn, through `get_model(role="target")` wrapped once in
 `context.replayable(..., surface_errors=True)`; the answer carries the policy report; a failed
 call is reported as a `runtime_error` info event before it is re-raised.
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from inspect_ai.agent import Agent, AgentState, agent
 from inspect_ai.log import transcript
-from inspect_ai.model import ChatMessage, ChatMessageSystem, ModelOutput, get_model
+from inspect_ai.model import ChatMessage, ChatMessageAssistant, ChatMessageSystem, ModelOutput, get_model
 from inspect_ai.tool import ToolInfo
 from inspect_ai.util import LimitExceededError
 from inspect_petri.target import TOOL_RESULT, ExitSignal, TargetContext
@@ -25,7 +28,7 @@ FIXED_PROMPT = "You are a support agent."
 CRASHING_MODEL = "scripted/target-crash"
 
 
-@agent(name="mini_runtime/mini_target")
+@agent(name="mini_target")  # registered as mini_runtime/mini_target
 def mini_target(mode: str = "honest") -> Agent:
     policies = load()  # under STRICT a bad file raises here: no sample runs
 
@@ -60,6 +63,8 @@ def mini_target(mode: str = "honest") -> Agent:
             await context.wait_for_resume()
             state.messages[:] = [await context.system_message(), await context.user_message()]
             while True:
+                if prefill := context.prefill():  # the auditor's words put in the target's mouth
+                    state.messages.append(ChatMessageAssistant(content=prefill, metadata={"prefill": True}))
                 state.output = await generate(*inputs(list(state.messages), context.tools))
                 state.output.message.metadata = {
                     **(state.output.message.metadata or {}),

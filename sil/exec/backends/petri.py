@@ -47,6 +47,8 @@ from sil.contract.schema import (
     run_note,
     token_counting,
 )
+from sil.exec.backends.petri_agent import resolve_target_agent
+from sil.exec.checkitem import CheckItem
 from sil.exec.measure import (
     AuditRequest,
     AuditResult,
@@ -103,6 +105,13 @@ class PetriBackend(BackendBase):
 
     def audit_cost_bound(self, contract: Contract, n_seeds: int) -> float:
         return worst_case_cost(contract, n_seeds=n_seeds, audits=1)
+
+    def start_checks(self, contract: Contract) -> list[CheckItem]:
+        """Before any audit: the target agent resolves as the audit will resolve it."""
+        item = resolve_target_agent(contract)
+        if item.status == "fail" and contract.executor.kind == "ray":  # the workers' environment may differ
+            item = item.model_copy(update={"status": "warn", "detail": f"{item.detail} (on this machine)"})
+        return [item]
 
     def command(self, req: AuditRequest, ctx: MeasureContext) -> list[str]:
         check_pins()
