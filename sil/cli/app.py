@@ -332,7 +332,7 @@ def approve(
     ] = False,
     allowed_signers: Annotated[Path | None, typer.Option(help="allowed_signers file to check the signature.")] = None,
 ) -> None:
-    """Approve a contract and its frozen measurement for runs with real model calls (README: Signing set-up)."""
+    """Approve a contract and its frozen measurement for runs with real model calls (docs/reference.md: Signing set-up)."""
     from sil.contract.approval import ApprovalError
     from sil.contract.approval import approve as do_approve
 

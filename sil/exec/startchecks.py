@@ -268,7 +268,7 @@ def _approval(c: Contract, root: Path) -> list[CheckItem]:
                 name="allowed_signers",
                 status="fail",
                 detail=f"no allowed_signers file: set $SIL_ALLOWED_SIGNERS or create {ALLOWED_SIGNERS_DEFAULT} "
-                "(README: Signing set-up)",
+                "(docs/reference.md: Signing set-up)",
             )
         )
     try:

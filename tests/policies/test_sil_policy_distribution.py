@@ -24,7 +24,7 @@ def test_sil_policy_imports_nothing_of_sil() -> None:
 def test_sil_policy_is_a_distribution_that_sil_and_the_example_runtime_declare() -> None:
     own = tomllib.loads((REPO / "sil_policy" / "pyproject.toml").read_text())
     assert own["project"]["name"] == "sil-policy"
-    assert [d.split(">")[0].split("=")[0] for d in own["project"]["dependencies"]] == ["pydantic"]
+    assert [d.split(">")[0].split("=")[0] for d in own["project"]["dependencies"]] == ["pydantic", "detect-secrets"]
     example = tomllib.loads((REPO / "examples" / "mini_runtime" / "pyproject.toml").read_text())
     assert "sil-policy" in example["project"]["dependencies"]
     assert metadata.version("sil-policy") == own["project"]["version"]
