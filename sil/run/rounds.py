@@ -10,6 +10,7 @@ until the caller has saved the round's outcome, so a resumed run re-derives a ro
 instead of paying for a new one.
 
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(before_audits=check_approval))
+    rounds = RoundRunner(journal, measure_ctx, backend, store, guards, execute=in_process)  # the bench
     stat = rounds.run_pair("gate", label, "confirm", candidate, champion, mutation_id)
     stat = rounds.run_pair("final", label, "certify", champion, origin, seed_set="heldout")
 
@@ -66,6 +67,11 @@ def _nothing() -> None:
     return None
 
 
+# How a batch of audits is carried out: by default the backend's audit processes
+# (`measure.run_audits`); the bench passes one that computes the same audits in its own process.
+AuditExecutor = Callable[[list[AuditRequest]], list[AuditResult]]
+
+
 @dataclass(frozen=True)
 class Guards:
     """Checks around audits; each raises `Halt` to stop the run with its reason."""
@@ -120,13 +126,20 @@ class RoundRunner:
     """The only way the loop spends audits."""
 
     def __init__(
-        self, journal: Journal, ctx: MeasureContext, backend: AuditBackend, store: PolicyStore, guards: Guards
+        self,
+        journal: Journal,
+        ctx: MeasureContext,
+        backend: AuditBackend,
+        store: PolicyStore,
+        guards: Guards,
+        execute: AuditExecutor | None = None,
     ) -> None:
         self.journal = journal
         self.ctx = ctx
         self.backend = backend
         self.store = store
         self.guards = guards
+        self.execute = execute or self.run_processes
         # the dearer of a search and a held-out audit: every budget check uses this bound
         self.cost_bound = backend.audit_cost_bound(ctx.contract, max(len(ctx.seed_ids), len(ctx.heldout_ids)))
         self.reserve_usd = 0.0  # held back from audits and mutator calls (e.g. the final canary)
@@ -228,6 +241,10 @@ class RoundRunner:
         self.journal.save()
         return results
 
+    def run_processes(self, reqs: list[AuditRequest]) -> list[AuditResult]:
+        """The backend's audit processes, with the frozen measurement verified around them."""
+        return measure.run_audits(reqs, self.ctx, self.backend)
+
     def _launch(self, todo: list[AuditRequest]) -> None:
         lost = self._run_and_store(todo)
         if not lost:
@@ -248,7 +265,7 @@ class RoundRunner:
         check_free_space(self.journal.run_dir, self.ctx.contract.budget.min_free_mb)  # DiskFull: halt
         lost: list[str] = []
         try:
-            fresh = measure.run_audits(reqs, self.ctx, self.backend)
+            fresh = self.execute(reqs)
         except AuditStateUnknown as ex:
             raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
         except measure.BatchInterrupted as ex:
