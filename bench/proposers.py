@@ -518,6 +518,7 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         + "\n".join(lines)
         + (f"\n\ngate - random (paired by world): {gate_minus_random[0]:+.3f} ± {gate_minus_random[1]:.3f} (SE)\n")
         + (f"gate - {names[2]} (paired by world): {gate_minus_other[0]:+.3f} ± {gate_minus_other[1]:.3f} (SE)\n")
+        + moved_section(args, {("", r["proposer"]): r for r in rows})
     )
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"runs": args.runs, "rows": rows, "per_run": [{a: asdict(r[a]) for a in names} for r in per_run]}
@@ -525,6 +526,15 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
     (args.out / f"{args.name}.md").write_text(text)
     print(text)
     return rows
+
+
+def moved_section(args: argparse.Namespace, now: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """With `--previous`: how far each row moved from the earlier results file, and why."""
+    from bench.metrics import LOOP_CHANGE, moved_table
+
+    if args.before is None:
+        return ""
+    return f"\n## Against `{args.previous}` (before this run)\n\n{LOOP_CHANGE}\n\n{moved_table(args.before, now)}"
 
 
 def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
@@ -632,6 +642,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--tolerances", type=float, nargs="+", help="harm tolerances (default: the contract's)")
     ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="promotion overrides")
     ap.add_argument("--arms", action="store_true", help="the contract's three arms with its arm budgets")
+    ap.add_argument("--previous", type=Path, help="an earlier results .json: say how far each row moved from it")
     ap.add_argument(
         "--entries", help="proposer:rule pairs, e.g. mutator:gate,oracle:oracle_gate (instead of proposers x rules)"
     )
@@ -651,6 +662,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if any(len(p) != 2 for p in pairs):
         ap.error(f"--entries takes proposer:rule pairs, got {args.entries!r}")
     args.entries = tuple(pairs) if pairs else tuple((n, r) for r in rules for n in names)
+    from bench.metrics import previous_rows
+
+    args.before = previous_rows(args.previous) if args.previous else None  # read before the output overwrites it
     return args
 
 
@@ -695,7 +709,8 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
         + f"- audit budget per run: {args.budget} (calibration and certification included); "
         f"promotion overrides: {overrides or 'none'}\n\n"
     )
-    text = head + format_md(tables, args) + "\n" + "\n".join(diffs) + "\n"
+    now = {(str(tol), r["proposer"]): r for tol, rows in tables.items() for r in rows}
+    text = head + format_md(tables, args) + "\n" + "\n".join(diffs) + "\n" + moved_section(args, now)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1))
     (args.out / f"{args.name}.md").write_text(text)
