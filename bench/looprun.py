@@ -32,7 +32,7 @@ from sil.run.context import RunContext
 from sil.run.train import RunConfig, open_run
 from sil_policy import SURFACES
 from sil_runtime.policy_loader import load_policies
-from sil_runtime.sim.__main__ import Frozen, crashes, load_frozen, read_params, simulate
+from sil_runtime.sim.__main__ import Frozen, crashes, load_frozen, read_params, simulate, write_evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "state" / "policies"
@@ -75,6 +75,7 @@ class SimInProcess:
             if req.seed_set not in self.frozen:
                 self.frozen[req.seed_set] = load_frozen(self.ctx.measurement_root, req.seed_set)
             evidence = simulate(args, sim, load_policies(env), self.frozen[req.seed_set])
+            write_evidence(evidence, req.audit_dir)  # where the mutator's evidence reader finds it
             result = measure.score_evidence(req, self.ctx, evidence, time.monotonic() - start)
             return measure.with_use(result, req, self.ctx, self.backend)
         except GapError as gap:
