@@ -29,6 +29,7 @@ import numpy as np
 from bench.simrun import SimRun
 from sil.contract.schema import Promotion
 from sil.stats.fitness import RoundStat, paired_round_for
+from sil.stats.gate import Ending
 from sil.stats.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
 
 BASELINE_AUDITS = 5
@@ -212,9 +213,8 @@ def drive_candidate_arm(
         trial, outcome = Trial(), None
         while outcome is None or outcome.verdict == "continue":
             if feed.audits_left() < 2:
-                outcome = Outcome(
-                    verdict="revert", reason="stopped before a decision: budget spent", kind=judge.next_kind(trial)
-                )
+                why, kind = "stopped before a decision: budget spent", judge.next_kind(trial)
+                outcome = Outcome(verdict="revert", reason=why, kind=kind, ending=Ending.BUDGET)
                 break
             stat = feed.measure(index)
             if stat is None:
@@ -227,23 +227,9 @@ def drive_candidate_arm(
     return shared, outcomes
 
 
-# How a gate-arm decision ended, by the start of its reason (sil/stats/judges.py, gate.py).
-ENDINGS = (
-    ("screen", "screen"),
-    ("run error budget", "alpha spent"),
-    ("futility", "futility"),
-    ("conditional power", "cond. power"),
-    ("harm veto", "harm veto"),
-    ("no KEEP after", "K rounds"),
-    ("stopped before a decision", "audits spent"),
-)
-
-
 def ending_of(outcome: Outcome) -> str:
-    """A short name for how a decision ended: keep, or the rule that reverted it."""
-    if outcome.verdict == "keep":
-        return "keep"
-    return next((name for start, name in ENDINGS if outcome.reason.startswith(start)), "other")
+    """A short name for how a decision ended: keep, or the rule that reverted it (the judge says it)."""
+    return outcome.ending.value
 
 
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
