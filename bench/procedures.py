@@ -9,9 +9,11 @@
   the candidate's measurement as the new baseline.
 - fixed_k: the single-audit rule as a screen, then K fresh replicates whose mean must pass
   the same rule; a KEEP stores the replicate mean as the baseline.
-- loop_gate: the loop's own arm policy (`sil.stats.judges.GateJudge` and `certify`, the code the loop
-  runs), driven as `sil/run/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
-  A/A calibration pairs first (tests/test_bench_equivalence.py holds the two drivers equal).
+- loop_gate: the loop's own judge (`sil.stats.judges.GateJudge` and `certify`) on this vector world,
+  driven by `drive_candidate_arm`, a copy of `sil/run/arms.CandidateArm`'s candidate loop without
+  its persistence. It is the last copy of the loop in bench/ (issue 34 item 2 asks for it to go):
+  this world's candidates are latent fields, not policy edits, and the product's loop has not been
+  given them yet. The policy benches (`bench.proposers`) run the product's loop (bench/looprun.py).
 - random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
 - oracle_certified: knows the truth, keeps only harmless gains, one paired round each, then the
   loop's certification on the reserve: what a perfect search delivers once certified.
