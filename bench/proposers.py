@@ -313,19 +313,23 @@ def scored(
     crit = [world.dims.index(c) for c in world.critical]
     t = world.dims.index(world.target)
     beyond = any(final[world.dims.index(c)] > promo.tolerance(c) for c in world.critical)
-    parts: dict[str, float] = {}
+    heldout = all_seeds = None
     if world.has_heldout:
-        parts = {
-            f"target_{part}": float(world.truth(champion, part)[t] - world.truth(origin, part)[t])
-            for part in ("heldout", "all")
-        }
+        heldout = float(world.truth(champion, "heldout")[t] - world.truth(origin, "heldout")[t])
+        all_seeds = float(world.truth(champion, "all")[t] - world.truth(origin, "all")[t])
     return RunResult(
         float(final[t]),
         float(max(final[crit])),
-        *asdict(counts).values(),
+        counts.keeps,
+        counts.decisions,
+        counts.audits,
+        counts.gaps,
+        counts.mutator_calls,
+        counts.mutator_usd,
         certified,
         worse=bool(final[t] > 0 or beyond),
-        **parts,
+        target_heldout=heldout,
+        target_all=all_seeds,
     )
 
 

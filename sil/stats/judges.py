@@ -67,12 +67,13 @@ class Outcome(BaseModel):
     kind: str  # the kind of round just judged: random, screen or confirm
     decision: GateDecision | None = None
     coin: float | None = None
-    ending: Ending  # how the judging ended, by kind: what a reader branches on, never `reason`
+    # how the judging ended, by kind: what a reader branches on, never `reason` (filled from the
+    # verdict when not given: a keep or continue says it, a revert naming no rule ends as OTHER)
+    ending: Ending = Ending.OTHER
 
     @model_validator(mode="before")
     @classmethod
     def _ending_of_a_plain_verdict(cls, data: Any) -> Any:
-        """A keep or continue says its ending; a revert that names no rule ends as OTHER."""
         if isinstance(data, dict) and "ending" not in data:
             plain = {"keep": Ending.KEEP, "continue": Ending.CONTINUE}
             data = {**data, "ending": plain.get(data.get("verdict", ""), Ending.OTHER)}
