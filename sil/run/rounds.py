@@ -20,6 +20,7 @@ final certification does (sil/run/certify.py), and the audit records say which s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +140,7 @@ class RoundRunner:
         self.backend = backend
         self.store = store
         self.guards = guards
-        self.execute = execute or self.run_processes
+        self.execute = execute or functools.partial(measure.run_audits, ctx=ctx, backend=backend)
         # the dearer of a search and a held-out audit: every budget check uses this bound
         self.cost_bound = backend.audit_cost_bound(ctx.contract, max(len(ctx.seed_ids), len(ctx.heldout_ids)))
         self.reserve_usd = 0.0  # held back from audits and mutator calls (e.g. the final canary)
@@ -240,10 +241,6 @@ class RoundRunner:
             crashpoint("audit.between_records")
         self.journal.save()
         return results
-
-    def run_processes(self, reqs: list[AuditRequest]) -> list[AuditResult]:
-        """The backend's audit processes, with the frozen measurement verified around them."""
-        return measure.run_audits(reqs, self.ctx, self.backend)
 
     def _launch(self, todo: list[AuditRequest]) -> None:
         lost = self._run_and_store(todo)
@@ -360,16 +357,7 @@ class RoundRunner:
     def _record_audit(
         self, arm: str, label: str, role: str, ps: PolicySet, when: tuple[int, SeedSet], res: AuditResult
     ) -> None:
-        tick, seed_set = when
-        rec = AuditRecord(
-            arm=arm,
-            round=label,
-            role=role,
-            policy_set=ps.set_id,
-            tick=tick,
-            seed_set=seed_set,
-            **res.model_dump(include=AUDIT_RESULT_FIELDS),
-        )
+        rec = audit_record(arm, label, role, ps, when, res)
         if self.journal.book.once(Keys.audit(res.audit_id), rec) is None:
             return
         state = self.journal.state
@@ -380,6 +368,21 @@ class RoundRunner:
         if not res.ok:
             state.gaps += 1
             self.journal.emit(f"  gap in {res.audit_id}: {res.gap_reason}")
+
+
+def audit_record(
+    arm: str, label: str, role: str, ps: PolicySet, when: tuple[int, SeedSet], res: AuditResult
+) -> AuditRecord:
+    tick, seed_set = when
+    return AuditRecord(
+        arm=arm,
+        round=label,
+        role=role,
+        policy_set=ps.set_id,
+        tick=tick,
+        seed_set=seed_set,
+        **res.model_dump(include=AUDIT_RESULT_FIELDS),
+    )
 
 
 def started_and_died(status: attempts.AttemptStatus) -> bool:
