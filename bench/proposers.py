@@ -406,6 +406,12 @@ def grid_contract(loaded: LoadedContract, budget: int, rule: str) -> LoadedContr
     certify_rounds = 0 if rule == "oracle_gate" else c.budget.certify_rounds
     calibration = 2 * c.promotion.calibration_pairs
     arm_audits = {"never": calibration, "gate": budget - calibration - 2 * certify_rounds}
+    if arm_audits["gate"] < 2:
+        raise SystemExit(
+            f"--budget {budget} leaves the gate arm no audits after the calibration ({calibration}) and the "
+            f"certification ({2 * certify_rounds}): raise --budget, or lower the certification with "
+            "--set certify_rounds=N"
+        )
     fields = {"arm_audits": arm_audits, "certify_rounds": certify_rounds, "certify_random": False}
     budget_fields = {**c.budget.model_dump(), **fields, "max_audits": 4 * budget}
     # a contract without a certification must not claim the two-stage design's guarantee; the

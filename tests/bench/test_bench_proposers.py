@@ -14,7 +14,8 @@ from bench import proposers
 def test_bench_writes_rows_and_the_oracle_never_ends_worse(tmp_path: Path) -> None:
     out = tmp_path / "out"
     rows = proposers.main(
-        ["--runs", "2", "--budget", "80", "--jobs", "1", "--proposers", "catalogue,oracle", "--out", str(out)],
+        ["--runs", "2", "--budget", "80", "--jobs", "1", "--proposers", "catalogue,oracle", "--out", str(out)]
+        + ["--set", "certify_rounds=5"],
         progress=lambda text: None,
     )
     data = json.loads((out / "proposers.json").read_text())
@@ -49,6 +50,12 @@ def test_the_grid_gives_the_gate_arm_the_budget_left_after_calibration_and_certi
     ceiling = proposers.grid_contract(contract, 300, "oracle_gate").contract.budget
     assert certified.arm_audits == {"never": 2 * pairs, "gate": 300 - 2 * pairs - 2 * rounds}
     assert (ceiling.arm_audits["gate"], ceiling.certify_rounds) == (300 - 2 * pairs, 0)
+
+
+def test_a_budget_the_certification_would_eat_is_refused_with_the_way_out() -> None:
+    contract = proposers.load_contract(proposers.ROOT / "examples" / "program-mutator-offline.md")
+    with pytest.raises(SystemExit, match="certify_rounds=N"):
+        proposers.grid_contract(contract, 80, "gate")
 
 
 def test_entries_pick_exact_pairs_and_refuse_a_malformed_one() -> None:
