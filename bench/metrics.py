@@ -26,10 +26,13 @@ All metrics are against the simulated truth (`World.expected_scores`), lower is 
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -264,3 +267,53 @@ def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> 
         f"- runs: {runs}\n"
         "- SIMULATED: figures about the simulated world, not about any model or policy.\n"
     )
+
+
+# What changed when the bench stopped driving its own copy of the loop and ran the product's
+# (bench/looprun.py); each re-measured results file says it beside its figures.
+LOOP_CHANGE = (
+    "Why the figures moved: until commit 00dec95 the bench drove its own copy of the loop "
+    "(bench.procedures.drive_candidate_arm, bench.proposers.GateRun). Now it runs `sil run`'s own "
+    "phases (preflight, baseline, never, random, gate, final, with the judge-drift canary), arms and "
+    "certification (bench/looprun.py), the audits computed in-process by the sim audit's own code. "
+    "So every audit has the loop's own audit id and tick (other noise draws than the copy's, and the "
+    "baseline's audits now move the drift clock), the run's seed is the contract's moved by the world "
+    "number (other coins and proposals), the proposer sees the loop's own evidence context, the loop's "
+    "stop rules apply (candidate limit, consecutive gaps, a simulated crash is a gap as in a run), and "
+    "the certification runs on the seeds `measurement.certify_on` names (the proposer grid's copy "
+    "certified on the search seeds). A move within about two standard errors of the difference is what "
+    "other noise draws give; a larger one comes from the changes above, not from noise alone."
+)
+
+
+def previous_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of an earlier results file (.json), by (tolerance or "", row name)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "tolerances" in data:
+        return {(tol, r["proposer"]): r for tol, t in data["tolerances"].items() for r in t["rows"]}
+    return {("", r["proposer"]): r for r in data["rows"]}
+
+
+def moved_table(before: dict[tuple[str, str], dict[str, Any]], now: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """How far each row's headline figures moved from the earlier results file to this one."""
+    lines = [
+        "| row | final true target change: before → now (moved, in SE of the difference) "
+        "| P(worse) before → now | KEEPs/run before → now |",
+        "|---|---|---|---|",
+    ]
+    for key, r in now.items():
+        old = before.get(key)
+        name = f"{key[0]} {key[1]}".strip()
+        if old is None:
+            lines.append(
+                f"| {name} | new row: {r['final_target']:+.3f} | {r['p_final_worse']:.3f} | {r['keeps_per_run']:.2f} |"
+            )
+            continue
+        d = r["final_target"] - old["final_target"]
+        se = math.hypot(r["final_target_se"] or 0.0, old["final_target_se"] or 0.0)
+        z = f", {d / se:+.1f} SE" if se > 0 else ""
+        lines.append(
+            f"| {name} | {old['final_target']:+.3f} → {r['final_target']:+.3f} ({d:+.3f}{z}) "
+            f"| {old['p_final_worse']:.3f} → {r['p_final_worse']:.3f} | {old['keeps_per_run']:.2f} → {r['keeps_per_run']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -9,9 +9,11 @@
   the candidate's measurement as the new baseline.
 - fixed_k: the single-audit rule as a screen, then K fresh replicates whose mean must pass
   the same rule; a KEEP stores the replicate mean as the baseline.
-- loop_gate: the loop's own arm policy (`sil.stats.judges.GateJudge` and `certify`, the code the loop
-  runs), driven as `sil/run/arms.CandidateArm` drives it, fed by concurrent paired rounds, with
-  A/A calibration pairs first (tests/test_bench_equivalence.py holds the two drivers equal).
+- loop_gate: the loop's own judge (`sil.stats.judges.GateJudge` and `certify`) on this vector world,
+  driven by `drive_candidate_arm`, a copy of `sil/run/arms.CandidateArm`'s candidate loop without
+  its persistence. It is the last copy of the loop in bench/ (issue 34 item 2 asks for it to go):
+  this world's candidates are latent fields, not policy edits, and the product's loop has not been
+  given them yet. The policy benches (`bench.proposers`) run the product's loop (bench/looprun.py).
 - random: accept with probability 1/2 after one audit.  oracle: knows the truth, 1 audit.
 - oracle_certified: knows the truth, keeps only harmless gains, one paired round each, then the
   loop's certification on the reserve: what a perfect search delivers once certified.
@@ -29,6 +31,7 @@ import numpy as np
 from bench.simrun import SimRun
 from sil.contract.schema import Promotion
 from sil.stats.fitness import RoundStat, paired_round_for
+from sil.stats.gate import Ending
 from sil.stats.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
 
 BASELINE_AUDITS = 5
@@ -212,9 +215,8 @@ def drive_candidate_arm(
         trial, outcome = Trial(), None
         while outcome is None or outcome.verdict == "continue":
             if feed.audits_left() < 2:
-                outcome = Outcome(
-                    verdict="revert", reason="stopped before a decision: budget spent", kind=judge.next_kind(trial)
-                )
+                why, kind = "stopped before a decision: budget spent", judge.next_kind(trial)
+                outcome = Outcome(verdict="revert", reason=why, kind=kind, ending=Ending.BUDGET)
                 break
             stat = feed.measure(index)
             if stat is None:
@@ -227,23 +229,9 @@ def drive_candidate_arm(
     return shared, outcomes
 
 
-# How a gate-arm decision ended, by the start of its reason (sil/stats/judges.py, gate.py).
-ENDINGS = (
-    ("screen", "screen"),
-    ("run error budget", "alpha spent"),
-    ("futility", "futility"),
-    ("conditional power", "cond. power"),
-    ("harm veto", "harm veto"),
-    ("no KEEP after", "K rounds"),
-    ("stopped before a decision", "audits spent"),
-)
-
-
 def ending_of(outcome: Outcome) -> str:
-    """A short name for how a decision ended: keep, or the rule that reverted it."""
-    if outcome.verdict == "keep":
-        return "keep"
-    return next((name for start, name in ENDINGS if outcome.reason.startswith(start)), "other")
+    """A short name for how a decision ended: keep, or the rule that reverted it (the judge says it)."""
+    return outcome.ending.value
 
 
 def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:

@@ -1,12 +1,11 @@
 """Proposer benchmark: does reading the evidence find better policies on the mechanisms world?
 
-Layer L5. Each simulated run draws a world (seed difficulties, drift, hidden mechanisms per
-seed: `world_seed` and `landscape_seed` vary with the run) and runs the gate arm's policy
-with each proposer on it: the loop's own proposers (`sil/search/proposers`) asked with the loop's
-own `ProposalRequest` and `MutatorContext` (`sil/search/evidence.py`), every candidate judged by the
-loop's `GateJudge` and its final champion certified with `sil.stats.judges.certify`, exactly as
-`sil/run/arms.py` and `sil/run/certify.py` call them. Only the audit is in-process: scores and
-judge highlights come from the same world and mechanisms the sim audit subprocess uses.
+Each simulated run draws a world (seed difficulties, drift, hidden mechanisms per seed:
+`world_seed` and `landscape_seed` vary with the run) and runs the product's loop on it
+(`bench.looprun`: `sil run`'s own phases, arms and certification, in a temporary folder, the
+audits computed in-process by the sim audit's own code), once per proposer and decision rule:
+the proposer and the judge are handed to the loop's `CandidateArm` as `sil run` hands it its
+own. The bench then scores what each run delivered against the simulated truth.
 
     python -m bench.proposers [--runs N] [--budget B] [--out DIR] [--jobs J]
 
@@ -36,19 +35,23 @@ from typing import Any
 
 import numpy as np
 
+from bench.looprun import LoopRun
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.contract.simparams import SimParams
-from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation
-from sil.search.evidence import AuditEvidence, MutatorContext, SeedEvidence, TriedEdit, norm_hash, observed_effect
+from sil.integrity.records import MutatorCallRecord, ProposerGapRecord, VerdictRecord
+from sil.policies.mutation import Mutation, MutationError, apply_mutation, mutation_id_for, parse_mutation, value_at
+from sil.run.arms import CandidateArm
+from sil.run.context import RunContext
+from sil.run.train import PHASES, Phases, run_phases
 from sil.search.proposers import Proposal, ProposalRequest, ProposerBase
 from sil.search.proposers.catalogue import CatalogueProposer, default_catalogue
 from sil.search.proposers.llm import LLMProposer
-from sil.stats.fitness import RoundStat, paired_round
-from sil.stats.judges import ArmBudget, CoinJudge, GateJudge, Judge, JudgeState, Trial, certify, seed_count_scale
+from sil.stats.fitness import RoundStat
+from sil.stats.judges import ArmBudget, CandidateRoundKind, GateJudge, Judge, JudgeState, Outcome, Trial
 from sil_policy import SURFACES, load_surface
 from sil_runtime.sim.landscape import critical_dimensions, latent_field
-from sil_runtime.sim.mechanisms import highlights, mechanism_field
+from sil_runtime.sim.mechanisms import mechanism_field
 from sil_runtime.sim.world import World
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,97 +60,69 @@ PROPOSER_NAMES = ("catalogue", "random_edit", "mutator", "oracle")
 # the contract's gate judge; a gate that knows the truth (nothing certified: the ceiling); a search
 # that knows the truth and keeps only harmless improvements, followed by the loop's certification
 RULES = ("gate", "oracle_gate", "oracle_search")
-ORACLE_RULES = ("oracle_gate", "oracle_search")
-CERTIFIED_RULES = ("gate", "oracle_search")
 RANDOM_WORDS = (
     "always never tool error result reply customer order check report say text call data "
     "instruction help routine refund account verify before after when if the a do not"
 ).split()
 
 
-# ---------------------------------------------------------------- the simulated audit
-
-
-@dataclass
-class Audit:
-    audit_id: str
-    set_id: str
-    scores: np.ndarray  # [n_seeds, D], NaN = missing
-    evidence: AuditEvidence
+# ---------------------------------------------------------------- the world's truth
 
 
 class BenchWorld:
-    """One run's world: theta, truth and audits (scores + the judge's highlights) of a policy set."""
+    """One world's truth: the expected audit mean of a policy set on the search seeds, the held-out
+    seeds or all of them. The loop's audits of the same world come from `bench.looprun`."""
 
-    def __init__(
-        self,
-        loaded: LoadedContract,
-        run: int,
-        seed_ids: list[str],
-        rubric: Mapping[str, str],
-        n_search: int | None = None,
-    ) -> None:
+    def __init__(self, loaded: LoadedContract, seed_ids: list[str], rubric: Mapping[str, str], n_search: int) -> None:
         c = loaded.contract
-        # seeds [0, n_search) are the search seeds; the rest are held out (certification only)
-        self.n_search = len(seed_ids) if n_search is None else n_search
-        sim = c.settings(SimParams)
-        self.params = sim.model_copy(
-            update={"world_seed": sim.world_seed + run, "landscape_seed": sim.landscape_seed + run}
-        )
+        self.n_search = n_search  # seeds [0, n_search) are the search seeds; the rest are held out
+        self.params = c.settings(SimParams)  # the bench's worlds are simulated
         self.dims = list(rubric)
         self.target = self.params.landscape_target
         self.critical = critical_dimensions(rubric, self.target)
         self.seed_ids = seed_ids
         self.world = World(self.params, self.dims, len(seed_ids))
         self._theta: dict[str, np.ndarray] = {}
-        self.tick = 0
 
-    def theta(self, docs: dict[str, dict[str, Any]], set_id: str) -> np.ndarray:
-        if set_id not in self._theta:
+    def theta(self, docs: dict[str, dict[str, Any]]) -> np.ndarray:
+        key = set_id(docs)
+        if key not in self._theta:
             n = len(self.seed_ids)
             base = latent_field(docs, self.dims, self.target, self.critical, n, self.params)
             mech = mechanism_field(docs, self.dims, self.seed_ids, self.params)
-            self._theta[set_id] = self.params.hashed_scale * base + mech
-        return self._theta[set_id]
+            self._theta[key] = self.params.hashed_scale * base + mech
+        return self._theta[key]
 
     def truth(self, docs: dict[str, dict[str, Any]], part: str = "search") -> np.ndarray:
         """True expected audit mean per dim over the search seeds, the held-out seeds, or all."""
-        theta = self.theta(docs, set_id(docs))
+        theta = self.theta(docs)
         if part == "all":
             return self.world.expected_scores(theta)
         per_seed = self.world.expected_score_at(self.world._base + theta)
-        rows = self.rows(part)
+        rows = slice(0, self.n_search) if part == "search" else slice(self.n_search, len(self.seed_ids))
         return per_seed[rows].mean(axis=0)
-
-    def rows(self, part: str) -> slice:
-        return slice(0, self.n_search) if part == "search" else slice(self.n_search, len(self.seed_ids))
 
     @property
     def has_heldout(self) -> bool:
         return self.n_search < len(self.seed_ids)
 
-    def pair(self, label: str, a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> tuple[Audit, Audit]:
-        out = []
-        for role, docs in (("candidate", a), ("champion", b)):
-            sid = set_id(docs)
-            audit_id = f"{label}-{role}"
-            y = self.world.audit(self.theta(docs, sid), self.tick, label, audit_id)
-            notes = highlights(docs, self.dims, self.seed_ids, self.params, audit_id)
-            seeds = [
-                SeedEvidence(
-                    seed=seed,
-                    scores={d: float(v) for d, v in zip(self.dims, row, strict=True) if math.isfinite(v)},
-                    highlights=hl,
-                )
-                for seed, row, hl in list(zip(self.seed_ids, y, notes, strict=True))[: self.n_search]
-            ]
-            out.append(Audit(audit_id, sid, y, AuditEvidence(audit_id=audit_id, round=label, seeds=seeds)))
-        self.tick += 1
-        return out[0], out[1]
-
 
 def set_id(docs: dict[str, dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(docs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def bench_world(loaded: LoadedContract) -> BenchWorld:
+    """The truth of the contract's world, over the seeds its audits use (held-out ones included)."""
+    c = loaded.contract
+    root = ROOT / c.measurement.seed_library
+    search = [s.id for s in prepare.load_seeds(root)]
+    heldout = [s.id for s in prepare.load_seeds(root, "heldout")] if c.measurement.certify_on != "search" else []
+    rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
+    return BenchWorld(loaded, search + heldout, rubric, n_search=len(search))
+
+
+def origin_documents() -> dict[str, dict[str, Any]]:
+    return {n: load_surface(n, ROOT / "state" / "policies" / s.filename)[0] for n, s in SURFACES.items()}
 
 
 # ---------------------------------------------------------------- bench-only proposers
@@ -168,7 +143,7 @@ class RandomEditProposer(ProposerBase):
             surface, path = fields[int(rng.integers(len(fields)))]
             words = rng.choice(RANDOM_WORDS, size=int(rng.integers(6, 14)))
             text = " ".join(words).capitalize() + "."
-            current = _value_at(request.champion[surface], path)
+            current = value_at(request.champion[surface], path)
             value: Any = [*current, text] if isinstance(current, list) else text
             m = _mutation(surface, path, value, request, self.name, "random edit", {"broken_tool_use": 0.0})
             if m is not None:
@@ -217,12 +192,6 @@ def _text_paths(doc: dict[str, Any], prefix: str = "") -> list[str]:
     return [p for p in out if len(p.split(".")) <= 3]
 
 
-def _value_at(doc: Any, path: str) -> Any:
-    for part in path.split("."):
-        doc = doc.get(part) if isinstance(doc, dict) else None
-    return doc
-
-
 def _mutation(
     surface: str, path: str, value: Any, request: ProposalRequest, name: str, why: str, effect: dict[str, float]
 ) -> Mutation | None:
@@ -245,7 +214,48 @@ def _mutation(
     return m
 
 
-# ---------------------------------------------------------------- one run of the arm
+# ---------------------------------------------------------------- the oracle rules, as judges
+
+
+class OracleJudge:
+    """An oracle decision rule as the gate arm's judge in the loop's own `CandidateArm`: the
+    candidate's one paired round is charged, then the truth decides. KEEP iff the candidate truly
+    lowers the target and leaves every critical dimension within its tolerance of the start
+    (`harmless`: no worse than the start at all, which a certification can pass)."""
+
+    keeps_by_test = False
+
+    def __init__(self, run: LoopRun, world: BenchWorld, harmless: bool) -> None:
+        self.run, self.world, self.harmless = run, world, harmless
+        self.name = "oracle_search" if harmless else "oracle_gate"
+        self.origin = self.world.truth(run.rc.store.documents(run.rc.state.origin))
+
+    def stop_reason(self, shared: JudgeState) -> str | None:
+        return None
+
+    def next_kind(self, trial: Trial) -> CandidateRoundKind:
+        return "screen"
+
+    def judge(
+        self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget, index: int
+    ) -> tuple[Trial, Outcome]:
+        pending = self.run.rc.state.arms["gate"].pending
+        assert pending is not None
+        w, promo = self.world, self.run.rc.promotion
+        before = w.truth(self.run.rc.store.documents(pending.parent))
+        after = w.truth(self.run.rc.store.documents(pending.candidate))
+        t = w.dims.index(w.target)
+        room = {c: 1e-9 if self.harmless else promo.tolerance(c) for c in w.critical}
+        within = all(after[w.dims.index(c)] - self.origin[w.dims.index(c)] <= room[c] for c in w.critical)
+        keep = bool(after[t] < before[t] and within)
+        outcome = Outcome(verdict="keep" if keep else "revert", reason=f"{self.name}: the truth", kind="screen")
+        return trial.model_copy(update={"screen": stat}), outcome
+
+    def close(self, trial: Trial, verdict: str, shared: JudgeState) -> JudgeState:
+        return shared
+
+
+# ---------------------------------------------------------------- what a run delivered
 
 
 @dataclass(frozen=True)
@@ -275,227 +285,73 @@ class RunResult:
     target_all: float | None = None  # ... and on all seeds (search and held-out)
 
 
-def tolerance(promotion: Promotion, dim: str) -> float:
-    """A critical dimension's harm tolerance (the world may score more critical dims than the contract)."""
-    tol = promotion.harm_tolerance
-    return tol if isinstance(tol, float) else tol.get(dim, min(tol.values()))
+def arm_counts(run: LoopRun, arm: str) -> RunCounts:
+    """The arm's KEEPs, decisions, audits, proposer gaps and mutator calls, as its run recorded them."""
+    book, state = run.rc.book, run.rc.state.arms[arm]
+    calls = [c for c in book.payloads("mutator_call", MutatorCallRecord) if c.arm == arm]
+    gaps = [g for g in book.payloads("proposer_gap", ProposerGapRecord) if g.arm == arm]
+    usd = round(sum(c.usd for c in calls), 6)
+    return RunCounts(state.keeps, state.keeps + state.reverts, state.audits, len(gaps), len(calls), usd)
 
 
-class GateRun:
-    """The gate arm of the loop on one bench world: calibrate, propose, judge, certify."""
+def false_keeps(run: LoopRun, world: BenchWorld, arm: str) -> int:
+    """The arm's KEEPs whose true target change against the champion they replaced was >= 0."""
+    t = world.dims.index(world.target)
+    verdicts = [v for v in run.rc.book.payloads("verdict", VerdictRecord) if v.arm == arm and v.verdict == "keep"]
+    truth = world.truth
+    return sum(
+        bool(truth(run.documents(v.candidate_set))[t] >= truth(run.documents(v.parent_set))[t]) for v in verdicts
+    )
 
-    def __init__(
-        self,
-        loaded: LoadedContract,
-        world: BenchWorld,
-        origin: dict[str, dict[str, Any]],
-        budget: int,
-        rule: str = "gate",
-        certify_coin: bool = False,
-    ) -> None:
-        self.loaded, self.world, self.origin, self.budget, self.rule = loaded, world, origin, budget, rule
-        self.promo = loaded.contract.promotion
-        # the oracle gate needs no certification: it knows the delivered champion's truth. The
-        # coin's champion is certified only for the bench's counterfactual (`certify_coin`).
-        certifies = rule in CERTIFIED_RULES or (rule == "coin" and certify_coin)
-        self.reserve = 2 * loaded.contract.budget.certify_rounds if certifies else 0
-        self.uncertified: RunResult | None = None  # the search's champion as if delivered uncertified
-        self.used = 0
-        self.ran_dry = False  # the proposer had nothing left: its unspent audits go to the certification
-        self.audits: list[Audit] = []
 
-    def round(
-        self, label: str, cand: dict[str, dict[str, Any]], champ: dict[str, dict[str, Any]], part: str = "search"
-    ) -> RoundStat:
-        a, b = self.world.pair(label, cand, champ)
-        if part == "search":
-            self.audits += [a, b]  # held-out audits are never shown to the proposer
-        self.used += 2
-        rows = self.world.rows(part)
-        return paired_round(a.scores[rows], b.scores[rows], self.world.dims, self.promo.min_seed_coverage)
+def scored(
+    world: BenchWorld, promo: Promotion, champion: dict[str, dict[str, Any]], counts: RunCounts, certified: bool | None
+) -> RunResult:
+    """A run's outcome with `champion` as what it delivers, scored against the simulated truth."""
+    origin = origin_documents()
+    final = world.truth(champion) - world.truth(origin)
+    crit = [world.dims.index(c) for c in world.critical]
+    t = world.dims.index(world.target)
+    beyond = any(final[world.dims.index(c)] > promo.tolerance(c) for c in world.critical)
+    heldout = all_seeds = None
+    if world.has_heldout:
+        heldout = float(world.truth(champion, "heldout")[t] - world.truth(origin, "heldout")[t])
+        all_seeds = float(world.truth(champion, "all")[t] - world.truth(origin, "all")[t])
+    return RunResult(
+        float(final[t]),
+        float(max(final[crit])),
+        counts.keeps,
+        counts.decisions,
+        counts.audits,
+        counts.gaps,
+        counts.mutator_calls,
+        counts.mutator_usd,
+        certified,
+        worse=bool(final[t] > 0 or beyond),
+        target_heldout=heldout,
+        target_all=all_seeds,
+    )
 
-    def context(self, champion: dict[str, dict[str, Any]], history: list[TriedEdit]) -> MutatorContext:
-        sid = set_id(champion)
-        mine = [a.evidence for a in self.audits if a.set_id == sid]
-        k = self.loaded.contract.mutator.recent_audits
-        index = {a.audit_id: {s.seed: sorted(s.scores) for s in a.evidence.seeds} for a in self.audits}
-        # what a quoted score must match, as the loop's build_context gives it
-        scores = {a.audit_id: {s.seed: dict(s.scores) for s in a.evidence.seeds} for a in self.audits}
-        shown = list(reversed(mine[-k:]))
-        messages = {
-            a.audit_id: {s.seed: [h.message for h in s.highlights if h.message is not None] for s in a.seeds}
-            for a in shown
-        }
-        p = self.promo
-        return MutatorContext(
-            arm="gate",
-            champion_set=sid,
-            target_dimensions=list(p.target_dimensions),
-            critical_dimensions=list(p.critical_dimensions),
-            auxiliary_dimensions=list(p.auxiliary_dimensions),
-            audits=shown,
-            history=history[-30:],
-            index=index,
-            messages=messages,
-            scores=scores,
-        )
 
-    def run(self, proposer: Any, seed: int) -> RunResult:
-        coin = self.rule == "coin"  # the random arm: one round, then the loop's seeded coin
-        judge: Judge = CoinJudge(seed) if coin else GateJudge(self.promo)
-        shared = self.calibrate(coin)
-        calibration = self.used
-        history: list[TriedEdit]
-        tried: set[tuple[str, str, str]]
-        champion, history, tried = self.origin, [], set()
-        keeps = decisions = gaps = streak = calls = false_keeps = 0
-        usd = 0.0
-        index = 0
-        while self.budget - self.reserve - self.used >= 2 and judge.stop_reason(shared) is None:
-            rng = np.random.default_rng([seed, 2, index])
-            ctx = self.context(champion, history) if getattr(proposer, "reads_evidence", False) else None
-            proposal = proposer.propose(ProposalRequest(champion, tried, rng, index, seed, arm="gate", context=ctx))
-            calls += len(proposal.calls)
-            usd += sum(c.usd for c in proposal.calls)
-            if proposal.gap is not None:
-                gaps, streak = gaps + 1, streak + 1
-                if streak >= self.loaded.contract.stop.max_consecutive_gaps:
-                    break
-                continue
-            if proposal.mutation is None:
-                self.ran_dry = True
-                break
-            streak, m = 0, proposal.mutation
-            cand = {**champion, m.surface: apply_mutation(m, champion, list(SURFACES))}
-            diffs, verdict, shared = self.decide(judge, shared, cand, champion, index, calibration)
-            decisions += 1
-            tried.add(m.edit_key)
-            history.append(self.tried_edit(index, m, verdict, diffs, shared))
-            if verdict == "keep":
-                t = self.world.dims.index(self.world.target)
-                false_keeps += int(self.world.truth(cand)[t] >= self.world.truth(champion)[t])
-                champion, keeps = cand, keeps + 1
-            index += 1
-        counts = RunCounts(keeps, decisions, self.used, gaps, calls, usd)
-        self.uncertified = self.result(champion, counts, None, false_keeps)
-        certified = self.certify(champion, shared) if keeps and self.reserve else None
-        counts = replace(counts, audits=self.used)
-        return self.result(self.origin if certified is False else champion, counts, certified, false_keeps)
+def arm_result(run: LoopRun, world: BenchWorld, arm: str, search_champion: bool = False) -> RunResult:
+    """What the arm delivered, its certification's audits counted (or, `search_champion`, what its
+    search left before any certification)."""
+    counts, cert = arm_counts(run, arm), run.certification(arm)
+    if search_champion or cert is None:
+        docs, certified = (run.search_champion(arm) if search_champion else run.delivered(arm)), None
+    else:
+        docs, certified = run.delivered(arm), cert.certified
+        counts = replace(counts, audits=counts.audits + 2 * cert.rounds)
+    result = scored(world, run.rc.promotion, docs, counts, certified)
+    return replace(result, false_keeps=false_keeps(run, world, arm))
 
-    def result(
-        self, champion: dict[str, dict[str, Any]], counts: RunCounts, certified: bool | None, false_keeps: int
-    ) -> RunResult:
-        """A run's outcome with `champion` as what it delivers, scored against the simulated truth."""
-        final = self.world.truth(champion) - self.world.truth(self.origin)
-        crit = [self.world.dims.index(c) for c in self.world.critical]
-        t = self.world.dims.index(self.world.target)
-        beyond = any(final[self.world.dims.index(c)] > tolerance(self.promo, c) for c in self.world.critical)
-        return RunResult(
-            float(final[t]),
-            float(max(final[crit])),
-            counts.keeps,
-            counts.decisions,
-            counts.audits,
-            counts.gaps,
-            counts.mutator_calls,
-            counts.mutator_usd,
-            certified,
-            worse=bool(final[t] > 0 or beyond),
-            false_keeps=false_keeps,
-            **self.other_parts(champion, t),
-        )
 
-    def calibrate(self, coin: bool) -> JudgeState:
-        """The noise floor from A/A pairs, as the never arm measures it."""
-        shared = JudgeState.start(self.promo)
-        for i in range(self.promo.calibration_pairs):
-            shared.pool.add_aa(self.round(f"aa{i:03d}", self.origin, self.origin))
-        if coin:  # the never arm paid for these; the random arm's proposer reads them as evidence
-            self.used = 0
-        return shared
-
-    def decide(
-        self,
-        judge: Judge,
-        shared: JudgeState,
-        cand: dict[str, dict[str, Any]],
-        champion: dict[str, dict[str, Any]],
-        index: int,
-        calibration: int,
-    ) -> tuple[list[dict[str, float | None]], str, JudgeState]:
-        """One candidate's paired rounds until the rule decides: its differences, verdict, new state."""
-        coin = self.rule == "coin"
-        diffs: list[dict[str, float | None]] = []
-        trial, verdict = Trial(), "continue"
-        if self.rule in ORACLE_RULES:
-            diffs.append(self.round(f"c{index:03d}-r00", cand, champion).diff)
-            verdict = "keep" if self.oracle_keeps(cand, champion, harmless=self.rule == "oracle_search") else "revert"
-        while verdict == "continue":
-            if self.budget - self.reserve - self.used < 2:
-                verdict = "revert"
-                break
-            stat = self.round(f"{'coin-' if coin else ''}c{index:03d}-r{len(diffs):02d}", cand, champion)
-            diffs.append(stat.diff)
-            left = self.budget - self.reserve - self.used
-            budget = ArmBudget(audits_left=left, audits_spent=self.used - calibration)
-            trial, outcome = judge.judge(trial, stat, shared, budget, index)
-            verdict = outcome.verdict
-        if self.rule not in ORACLE_RULES:
-            shared = judge.close(trial, verdict, shared)
-        return diffs, verdict, shared
-
-    def other_parts(self, champion: dict[str, dict[str, Any]], t: int) -> dict[str, float]:
-        if not self.world.has_heldout:
-            return {}
-        w, o = self.world, self.origin
-        return {
-            "target_heldout": float(w.truth(champion, "heldout")[t] - w.truth(o, "heldout")[t]),
-            "target_all": float(w.truth(champion, "all")[t] - w.truth(o, "all")[t]),
-        }
-
-    def oracle_keeps(
-        self, cand: dict[str, dict[str, Any]], champion: dict[str, dict[str, Any]], harmless: bool = False
-    ) -> bool:
-        """KEEP iff the candidate truly lowers the target and leaves every critical dimension
-        within its tolerance of the start (`harmless`: no worse than the start at all, which a
-        certification can pass): the decision a gate with no noise would make."""
-        w, p = self.world, self.promo
-        origin, before, after = w.truth(self.origin), w.truth(champion), w.truth(cand)
-        t = w.dims.index(w.target)
-        room = {c: 1e-9 if harmless else tolerance(p, c) for c in w.critical}
-        within = all(after[w.dims.index(c)] - origin[w.dims.index(c)] <= room[c] for c in w.critical)
-        return bool(after[t] < before[t] and within)
-
-    def tried_edit(
-        self, index: int, m: Any, verdict: str, diffs: list[dict[str, float | None]], shared: JudgeState
-    ) -> TriedEdit:
-        return TriedEdit(
-            index=index,
-            mutation_id=m.mutation_id,
-            surface=m.surface,
-            path=m.path,
-            value=json.dumps(m.value)[:300],
-            norm_hash=norm_hash(m.value),
-            hypothesis=m.hypothesis[:300],
-            expected=dict(m.expected_effect),
-            verdict=verdict,
-            observed=observed_effect(diffs, shared.pool.estimate().sigma),
-        )
-
-    def certify(self, champion: dict[str, dict[str, Any]], shared: JudgeState) -> bool:
-        # as sil/run/certify.certify_looks: a dry proposer's unspent audits lengthen the horizon
-        unspent = max(0, self.budget - self.reserve - self.used) if self.ran_dry else 0
-        looks = self.loaded.contract.budget.certify_rounds + unspent // 2
-        part = "heldout" if self.world.has_heldout else "search"  # as measurement.certify_on auto
-        n_cert = len(self.world.seed_ids) - self.world.n_search if part == "heldout" else self.world.n_search
-        scale = seed_count_scale(self.world.n_search, n_cert)
-        rounds = []
-        for i in range(looks):
-            rounds.append(self.round(f"cert{i:02d}", champion, self.origin, part))
-            decision = certify(self.promo, shared.pool, rounds, looks, scale)
-            if decision.verdict != "continue":
-                return decision.verdict == "keep"
-        return False
+def finished(run: LoopRun, phases: Phases = PHASES) -> LoopRun:
+    """The run driven to its end by the loop's phases; a halt is the bench's error, never a figure."""
+    state = run_phases(run.rc, phases)
+    if state.phase != "done":
+        raise RuntimeError(f"the loop halted on a bench world: {state.halt_reason}")
+    return run
 
 
 # ---------------------------------------------------------------- the grid
@@ -514,6 +370,12 @@ def make_proposer(name: str, loaded: LoadedContract, world: BenchWorld) -> Any:
     raise ValueError(f"unknown proposer {name!r}; choose from {', '.join(PROPOSER_NAMES)}")
 
 
+def revalidated(loaded: LoadedContract, fields: dict[str, Any]) -> LoadedContract:
+    """The contract with top-level fields replaced, validated as a contract would be."""
+    c = loaded.contract
+    return loaded.model_copy(update={"contract": type(c).model_validate({**c.model_dump(), **fields})})
+
+
 def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> LoadedContract:
     """The contract with promotion fields replaced (validated, as the contract would be);
     `certify_rounds` is the budget's field of that name."""
@@ -524,27 +386,65 @@ def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> Load
     if "certify_rounds" in over:
         budget["certify_rounds"] = over.pop("certify_rounds")
     promo = Promotion.model_validate({**c.promotion.model_dump(), **over})
-    contract = type(c).model_validate({**c.model_dump(), "promotion": promo.model_dump(), "budget": budget})
-    return loaded.model_copy(update={"contract": contract})
+    return revalidated(loaded, {"promotion": promo.model_dump(), "budget": budget})
+
+
+def world_contract(loaded: LoadedContract, run: int) -> LoadedContract:
+    """World `run`: the contract's sim world with `world_seed` and `landscape_seed` moved by `run`,
+    and its run seed too (the coins and proposals of one world are not another's). World 0 is the
+    contract's own."""
+    c = loaded.contract
+    sim = c.settings(SimParams)
+    moved = sim.model_copy(update={"world_seed": sim.world_seed + run, "landscape_seed": sim.landscape_seed + run})
+    return revalidated(loaded, {"backend_settings": moved.model_dump(mode="json"), "seed": c.seed + run})
+
+
+def grid_contract(loaded: LoadedContract, budget: int, rule: str) -> LoadedContract:
+    """The gate arm alone after the never arm's calibration, `budget` audits for both and the
+    certification (none for the oracle gate, which knows what it delivers)."""
+    c = loaded.contract
+    certify_rounds = 0 if rule == "oracle_gate" else c.budget.certify_rounds
+    calibration = 2 * c.promotion.calibration_pairs
+    arm_audits = {"never": calibration, "gate": budget - calibration - 2 * certify_rounds}
+    if arm_audits["gate"] < 2:
+        raise SystemExit(
+            f"--budget {budget} leaves the gate arm no audits after the calibration ({calibration}) and the "
+            f"certification ({2 * certify_rounds}): raise --budget, or lower the certification with "
+            "--set certify_rounds=N"
+        )
+    fields = {"arm_audits": arm_audits, "certify_rounds": certify_rounds, "certify_random": False}
+    budget_fields = {**c.budget.model_dump(), **fields, "max_audits": 4 * budget}
+    # a contract without a certification must not claim the two-stage design's guarantee; the
+    # oracle gate, which knows the truth, never asks the design anything
+    design = c.promotion.error_design if certify_rounds else "fwer"
+    promotion = {**c.promotion.model_dump(), "error_design": design}
+    return revalidated(loaded, {"arms": ["never", "gate"], "budget": budget_fields, "promotion": promotion})
 
 
 def entry_name(proposer: str, rule: str) -> str:
     return proposer if rule == "gate" else f"{proposer}+{rule}"
 
 
+def grid_entry(loaded: LoadedContract, name: str, rule: str) -> RunResult:
+    """One proposer with one decision rule: the loop's phases, its gate arm holding both."""
+    world = bench_world(loaded)
+    with LoopRun(loaded) as run:
+        proposer = make_proposer(name, loaded, world)
+        judge: Judge = (
+            GateJudge(run.rc.promotion) if rule == "gate" else OracleJudge(run, world, rule == "oracle_search")
+        )
+
+        def gate_arm(rc: RunContext) -> None:
+            CandidateArm(rc, "gate", judge, proposer).run()
+
+        finished(run, tuple((p, gate_arm if p == "gate" else step) for p, step in PHASES))
+        return arm_result(run, world, "gate")
+
+
 def one_run(task: tuple[str, int, int, tuple[tuple[str, str], ...], dict[str, object]]) -> dict[str, RunResult]:
     contract_path, run, budget, entries, overrides = task
-    loaded = with_overrides(load_contract(Path(contract_path)), overrides)
-    root = ROOT / loaded.contract.measurement.seed_library
-    seeds = [s.id for s in prepare.load_seeds(root)]
-    rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
-    origin = {n: load_surface(n, ROOT / "state" / "policies" / s.filename)[0] for n, s in SURFACES.items()}
-    out = {}
-    for name, rule in entries:
-        world = BenchWorld(loaded, run, seeds, rubric)
-        gate_run = GateRun(loaded, world, origin, budget, rule)
-        out[entry_name(name, rule)] = gate_run.run(make_proposer(name, loaded, world), 1000 + run)
-    return out
+    loaded = world_contract(with_overrides(load_contract(Path(contract_path)), overrides), run)
+    return {entry_name(n, r): grid_entry(grid_contract(loaded, budget, r), n, r) for n, r in entries}
 
 
 # the random arm as the loop does not deliver it: certified when the contract leaves it
@@ -565,34 +465,27 @@ PARTS = ("target_heldout", "target_all")
 
 
 def arms_run(task: tuple[str, int, dict[str, object]]) -> dict[str, RunResult]:
-    """The contract's three arms on one world, with its own arm budgets (the default `make run`):
-    the never arm's A/A pairs, the random arm's coin over its audits (and the gate's certification,
-    as the loop does with `budget.certify_random`; the other way is the counterfactual row), the
-    gate arm's gate and certification. Each arm's champion is scored against the simulated truth."""
+    """The contract's whole run (`sil run`'s phases and arms) on one world; each arm's delivered
+    champion scored against the simulated truth. The random arm's other delivery: its search
+    champion before the certification, or (a contract with `certify_random: false`) the same
+    run with the random arm certified as the gate's."""
     contract_path, run, overrides = task
-    loaded = with_overrides(load_contract(Path(contract_path)), overrides)
-    c = loaded.contract
-    root = ROOT / c.measurement.seed_library
-    search = [s.id for s in prepare.load_seeds(root)]
-    heldout = [s.id for s in prepare.load_seeds(root, "heldout")] if c.measurement.certify_on != "search" else []
-    rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
-    origin = {n: load_surface(n, ROOT / "state" / "policies" / s.filename)[0] for n, s in SURFACES.items()}
-    arm = c.budget.arm_audits
-    gate_budget = 2 * c.promotion.calibration_pairs + arm["gate"] + 2 * c.budget.certify_rounds
-    out = {"never": RunResult(0.0, 0.0, 0, 0, arm.get("never", 0), 0, 0, 0.0, None, target_heldout=0.0, target_all=0.0)}
-    for name, rule, budget in (("random", "coin", arm["random"]), ("gate", "gate", gate_budget)):
-        world = BenchWorld(loaded, run, search + heldout, rubric, n_search=len(search))
-        proposer = LLMProposer(loaded)
-        if rule == "coin":  # its search as the loop runs it, then the gate's certification
-            coin = GateRun(loaded, world, origin, budget + 2 * c.budget.certify_rounds, rule, certify_coin=True)
-            certified = coin.run(proposer, c.seed + run)
-            assert coin.uncertified is not None
-            if c.budget.certify_random and c.budget.certify_rounds:
-                out[name], out[RANDOM_UNCERTIFIED] = certified, coin.uncertified
-            else:
-                out[name], out[RANDOM_CERTIFIED] = coin.uncertified, certified
-        else:
-            out[name] = GateRun(loaded, world, origin, budget, rule).run(proposer, c.seed + run)
+    loaded = world_contract(with_overrides(load_contract(Path(contract_path)), overrides), run)
+    world = bench_world(loaded)
+    with LoopRun(loaded) as lr:
+        finished(lr)
+        never = lr.rc.state.arms["never"].audits if "never" in lr.rc.state.arms else 0
+        out = {
+            "never": RunResult(0.0, 0.0, 0, 0, never, 0, 0, 0.0, None, target_heldout=0.0, target_all=0.0),
+            "random": arm_result(lr, world, "random"),
+            "gate": arm_result(lr, world, "gate"),
+        }
+        if loaded.contract.budget.certify_random and loaded.contract.budget.certify_rounds:
+            out[RANDOM_UNCERTIFIED] = arm_result(lr, world, "random", search_champion=True)
+            return out
+    budget = {**loaded.contract.budget.model_dump(), "certify_random": True}
+    with LoopRun(revalidated(loaded, {"budget": budget})) as other:
+        out[RANDOM_CERTIFIED] = arm_result(finished(other), world, "random")
     return out
 
 
@@ -635,6 +528,7 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         + "\n".join(lines)
         + (f"\n\ngate - random (paired by world): {gate_minus_random[0]:+.3f} ± {gate_minus_random[1]:.3f} (SE)\n")
         + (f"gate - {names[2]} (paired by world): {gate_minus_other[0]:+.3f} ± {gate_minus_other[1]:.3f} (SE)\n")
+        + moved_section(args, {("", r["proposer"]): r for r in rows})
     )
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"runs": args.runs, "rows": rows, "per_run": [{a: asdict(r[a]) for a in names} for r in per_run]}
@@ -642,6 +536,15 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
     (args.out / f"{args.name}.md").write_text(text)
     print(text)
     return rows
+
+
+def moved_section(args: argparse.Namespace, now: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """With `--previous`: how far each row moved from the earlier results file, and why."""
+    from bench.metrics import LOOP_CHANGE, moved_table
+
+    if args.before is None:
+        return ""
+    return f"\n## Against `{args.previous}` (before this run)\n\n{LOOP_CHANGE}\n\n{moved_table(args.before, now)}"
 
 
 def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
@@ -749,6 +652,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--tolerances", type=float, nargs="+", help="harm tolerances (default: the contract's)")
     ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="promotion overrides")
     ap.add_argument("--arms", action="store_true", help="the contract's three arms with its arm budgets")
+    ap.add_argument("--previous", type=Path, help="an earlier results .json: say how far each row moved from it")
     ap.add_argument(
         "--entries", help="proposer:rule pairs, e.g. mutator:gate,oracle:oracle_gate (instead of proposers x rules)"
     )
@@ -768,6 +672,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if any(len(p) != 2 for p in pairs):
         ap.error(f"--entries takes proposer:rule pairs, got {args.entries!r}")
     args.entries = tuple(pairs) if pairs else tuple((n, r) for r in rules for n in names)
+    from bench.metrics import previous_rows
+
+    args.before = previous_rows(args.previous) if args.previous else None  # read before the output overwrites it
     return args
 
 
@@ -812,7 +719,8 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
         + f"- audit budget per run: {args.budget} (calibration and certification included); "
         f"promotion overrides: {overrides or 'none'}\n\n"
     )
-    text = head + format_md(tables, args) + "\n" + "\n".join(diffs) + "\n"
+    now = {(str(tol), r["proposer"]): r for tol, rows in tables.items() for r in rows}
+    text = head + format_md(tables, args) + "\n" + "\n".join(diffs) + "\n" + moved_section(args, now)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1))
     (args.out / f"{args.name}.md").write_text(text)

@@ -609,17 +609,24 @@ def run_audit(
         wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
         return with_use(score_evidence(req, ctx, evidence, wall), req, ctx, backend)
     except GapError as gap:
-        return AuditResult(
-            audit_id=req.audit_id,
-            status="gap",
-            gap_reason=str(gap),
-            use=gap.use,
-            wall_s=round(time.monotonic() - start, 3),
-            simulated=backend.simulated,
-            backend=backend.name,
-            usage=evidence.usage if evidence else gap.usage,
-            log_path=evidence.log_path if evidence else gap.log_path,
-        )
+        return gap_result(req, backend, gap, start, evidence)
+
+
+def gap_result(
+    req: AuditRequest, backend: AuditBackend, gap: GapError, start: float, evidence: Evidence | None = None
+) -> AuditResult:
+    """The audit's result when it yielded no trustworthy scores: a gap, with its reason and cost."""
+    return AuditResult(
+        audit_id=req.audit_id,
+        status="gap",
+        gap_reason=str(gap),
+        use=gap.use,
+        wall_s=round(time.monotonic() - start, 3),
+        simulated=backend.simulated,
+        backend=backend.name,
+        usage=evidence.usage if evidence else gap.usage,
+        log_path=evidence.log_path if evidence else gap.log_path,
+    )
 
 
 def target_inputs(req: AuditRequest, ctx: MeasureContext, backend: AuditBackend) -> str | None:

@@ -31,7 +31,7 @@ from sil.policies.store import PolicySet
 from sil.run.context import RunContext
 from sil.run.proposing import CandidateSource, record_effect
 from sil.search.proposers import Proposer, make_proposer
-from sil.stats.gate import should_promote
+from sil.stats.gate import Ending, should_promote
 from sil.stats.judges import ArmBudget, Judge, Outcome, judge_for
 from sil.store.events import ArmFinished, CandidateProposed, LookTaken, NoiseCalibrated, VerdictReached
 from sil.store.runstate import ArmState, Pending
@@ -198,7 +198,8 @@ class CandidateArm:
         label = rc.rounds.next_label(f"{self.name}-c{p.index:03d}-r{p.round_no:02d}")
         if not rc.rounds.resuming(label) and (why := rc.rounds.budget_left(self.name, 2)):
             kind = self.judge.next_kind(p.trial)
-            self.decide(arm, Outcome(verdict="revert", reason=f"stopped before a decision: {why}", kind=kind))
+            why = f"stopped before a decision: {why}"
+            self.decide(arm, Outcome(verdict="revert", reason=why, kind=kind, ending=Ending.BUDGET))
             return
         kind = self.judge.next_kind(p.trial)
         stat = rc.rounds.run_pair(self.name, label, kind, p.candidate, p.parent, p.mutation.mutation_id)

@@ -10,6 +10,7 @@ until the caller has saved the round's outcome, so a resumed run re-derives a ro
 instead of paying for a new one.
 
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(before_audits=check_approval))
+    rounds = RoundRunner(journal, measure_ctx, backend, store, guards, execute=in_process)  # the bench
     stat = rounds.run_pair("gate", label, "confirm", candidate, champion, mutation_id)
     stat = rounds.run_pair("final", label, "certify", champion, origin, seed_set="heldout")
 
@@ -19,6 +20,7 @@ final certification does (sil/run/certify.py), and the audit records say which s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,11 @@ RECOVERY_ACTIONS = {
 
 def _nothing() -> None:
     return None
+
+
+# How a batch of audits is carried out: by default the backend's audit processes
+# (`measure.run_audits`); the bench passes one that computes the same audits in its own process.
+AuditExecutor = Callable[[list[AuditRequest]], list[AuditResult]]
 
 
 @dataclass(frozen=True)
@@ -121,13 +128,20 @@ class RoundRunner:
     """The only way the loop spends audits."""
 
     def __init__(
-        self, journal: Journal, ctx: MeasureContext, backend: AuditBackend, store: PolicyStore, guards: Guards
+        self,
+        journal: Journal,
+        ctx: MeasureContext,
+        backend: AuditBackend,
+        store: PolicyStore,
+        guards: Guards,
+        execute: AuditExecutor | None = None,
     ) -> None:
         self.journal = journal
         self.ctx = ctx
         self.backend = backend
         self.store = store
         self.guards = guards
+        self.execute = execute or functools.partial(measure.run_audits, ctx=ctx, backend=backend)
         # the dearer of a search and a held-out audit: every budget check uses this bound
         self.cost_bound = backend.audit_cost_bound(ctx.contract, max(len(ctx.seed_ids), len(ctx.heldout_ids)))
         self.reserve_usd = 0.0  # held back from audits and mutator calls (e.g. the final canary)
@@ -249,7 +263,7 @@ class RoundRunner:
         check_free_space(self.journal.run_dir, self.ctx.contract.budget.min_free_mb)  # DiskFull: halt
         lost: list[str] = []
         try:
-            fresh = measure.run_audits(reqs, self.ctx, self.backend)
+            fresh = self.execute(reqs)
         except AuditStateUnknown as ex:
             raise Halt(f"unknown: {ex}; inspect the audit directory, then resume") from None
         except measure.BatchInterrupted as ex:
@@ -344,16 +358,7 @@ class RoundRunner:
     def _record_audit(
         self, arm: str, label: str, role: str, ps: PolicySet, when: tuple[int, SeedSet], res: AuditResult
     ) -> None:
-        tick, seed_set = when
-        rec = AuditRecord(
-            arm=arm,
-            round=label,
-            role=role,
-            policy_set=ps.set_id,
-            tick=tick,
-            seed_set=seed_set,
-            **res.model_dump(include=AUDIT_RESULT_FIELDS),
-        )
+        rec = audit_record(arm, label, role, ps, when, res)
         if self.journal.book.once(Keys.audit(res.audit_id), rec) is None:
             return
         state = self.journal.state
@@ -364,6 +369,21 @@ class RoundRunner:
         if not res.ok:
             state.gaps += 1
             self.journal.emit(AuditGap(audit_id=res.audit_id, reason=res.gap_reason or ""))
+
+
+def audit_record(
+    arm: str, label: str, role: str, ps: PolicySet, when: tuple[int, SeedSet], res: AuditResult
+) -> AuditRecord:
+    tick, seed_set = when
+    return AuditRecord(
+        arm=arm,
+        round=label,
+        role=role,
+        policy_set=ps.set_id,
+        tick=tick,
+        seed_set=seed_set,
+        **res.model_dump(include=AUDIT_RESULT_FIELDS),
+    )
 
 
 def started_and_died(status: attempts.AttemptStatus) -> bool:

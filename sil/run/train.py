@@ -62,7 +62,7 @@ from sil.run.certify import final_phase
 from sil.run.context import RunContext
 from sil.run.preflight import preflight_phase
 from sil.run.proposing import proposer_check
-from sil.run.rounds import Guards, RoundRunner
+from sil.run.rounds import AuditExecutor, Guards, RoundRunner
 from sil.stats.judges import JudgeState
 from sil.store.binding import stored_run_problems
 from sil.store.events import AnchorFailed, Halted, Resuming, Update
@@ -76,7 +76,8 @@ POLICIES = Path("state/policies")
 LOCKS = RUNS / ".locks"  # cross-run locks (the runtime policies): tool state, never the user's tree
 ARMS = ("never", "random", "gate")
 MODEL_ROLES = ("auditor", "target", "judge", "mutator")
-PHASES: tuple[tuple[str, Callable[[RunContext], None]], ...] = (
+Phases = tuple[tuple[str, Callable[[RunContext], None]], ...]
+PHASES: Phases = (
     ("preflight", preflight_phase),
     ("baseline", baseline_phase),
     ("never", never_phase),
@@ -109,20 +110,22 @@ class RunConfig:
     anchor: Callable[[], None] = _nothing  # signs and anchors the ledger head outside the file
     policy_repo: Path | None = None  # git repo for the candidates' refs (sil/store/policyrefs.py)
     trust: Trust = Trust()  # how this command signs checkpoints; must match what the run declared
+    execute: AuditExecutor | None = None  # None: the backend's processes; the bench's audits run in-process
 
 
 # ---- the phase sequencer -------------------------------------------------------------------
 
 
-def run_phases(rc: RunContext) -> RunState:
-    """Drive the run to completion or to a recorded halt, from its persisted state."""
+def run_phases(rc: RunContext, phases: Phases = PHASES) -> RunState:
+    """Drive the run to completion or to a recorded halt, from its persisted state (`phases`:
+    the bench swaps in an arm with its own proposer or judge; a run always has PHASES)."""
     state = rc.state
     if state.phase == "halted" and state.resume_phase is None:
         return state
     try:
         resume_after_halt(rc)
         check_same_run(rc)
-        for phase, step in PHASES:
+        for phase, step in phases:
             if state.phase_done(phase) or (phase in ARMS and phase not in rc.contract.arms):
                 continue
             state.phase = phase  # type: ignore[assignment]
@@ -237,7 +240,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
 
     journal = Journal.open(cfg.run_dir, ledger, new_state, cfg.on_event)  # reads and checks the policies
     project = run_project(cfg.repo_root)
-    rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(cfg.before_audits, cfg.anchor))
+    rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(cfg.before_audits, cfg.anchor), cfg.execute)
     rounds.reserve_usd = canary_reserve(contract, measure_ctx.measurement_root, backend)
     rc = RunContext(
         loaded=loaded,

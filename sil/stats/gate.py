@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -184,6 +185,22 @@ class LegResult(BaseModel):
     crossed_at: int | None = None
 
 
+class Ending(StrEnum):
+    """How a candidate's judging ended, by kind (its `reason` says the same in words)."""
+
+    CONTINUE = "continue"  # not ended: another round
+    KEEP = "keep"
+    SCREEN = "screen"  # the screen round reverted it
+    ALPHA_SPENT = "alpha spent"  # the run's error budget had nothing left for it
+    FUTILITY = "futility"
+    CONDITIONAL_POWER = "cond. power"
+    HARM_VETO = "harm veto"
+    HORIZON = "K rounds"  # no KEEP by the last look it could afford
+    BUDGET = "audits spent"  # stopped before a decision: no audits left
+    COIN = "coin"  # the random arm's coin reverted it
+    OTHER = "other"  # a judge that names no rule (e.g. the bench's oracles)
+
+
 class GateDecision(BaseModel):
     model_config = ConfigDict(frozen=True)
     verdict: Verdict
@@ -193,6 +210,9 @@ class GateDecision(BaseModel):
     legs: list[LegResult]
     alpha: float  # the target leg's level: what a confirmation spends of the run's budget
     diagnostics: dict[str, float] = {}
+    # the rule that decided, for the judge's outcome; not written to the ledger, whose records keep
+    # the reason (so a decision read back from one says CONTINUE here)
+    ending: Ending = Field(default=Ending.CONTINUE, exclude=True)
 
 
 class Gate(Protocol):
@@ -381,6 +401,7 @@ class SequentialPairedGate:
                 legs=legs,
                 alpha=0.0,
                 reason="screen failed: " + "; ".join(failures),
+                ending=Ending.SCREEN,
             )
         return GateDecision(
             verdict="continue",
@@ -400,7 +421,7 @@ class SequentialPairedGate:
         horizon = self.looks if horizon is None else max(n, min(horizon, self.looks))
         legs = [leg_result(leg, rounds, self.looks, self.latch) for leg in self.legs]
 
-        def decide(verdict: Verdict, reason: str, diag: dict[str, float]) -> GateDecision:
+        def decide(verdict: Verdict, reason: str, diag: dict[str, float], ending: Ending) -> GateDecision:
             return GateDecision(
                 verdict=verdict,
                 stage=self.stage,
@@ -409,26 +430,28 @@ class SequentialPairedGate:
                 alpha=self.alpha,
                 reason=reason,
                 diagnostics=diag,
+                ending=ending,
             )
 
         if legs and all(r.passed for r in legs):
-            return decide("keep", f"all {len(legs)} legs crossed their boundaries by look {n}", {})
+            return decide("keep", f"all {len(legs)} legs crossed their boundaries by look {n}", {}, Ending.KEEP)
         crossed = {r.dim for r in legs if r.passed}
-        stop, diag = self._early_stop(rounds, n, horizon, crossed)
+        (rule, stop), diag = self._early_stop(rounds, n, horizon, crossed)
         if stop:
-            return decide("revert", stop, diag)
+            return decide("revert", stop, diag, rule)
         if n >= horizon:
             unknown = [r.dim for r in legs if r.passed is None]
             why = f"; unknown: {', '.join(unknown)}" if unknown else ""
-            return decide("revert", f"no KEEP after {n} rounds{why}", diag)
-        return decide("continue", f"look {n} of {self.looks}: no boundary crossed by all legs", diag)
+            return decide("revert", f"no KEEP after {n} rounds{why}", diag, Ending.HORIZON)
+        return decide("continue", f"look {n} of {self.looks}: no boundary crossed by all legs", diag, Ending.CONTINUE)
 
     def _early_stop(
         self, rounds: Sequence[RoundStat], n: int, horizon: int, crossed: set[str]
-    ) -> tuple[str, dict[str, float]]:
+    ) -> tuple[tuple[Ending, str], dict[str, float]]:
+        """The early stop that applies (its rule and reason; an empty reason: none), and the diagnostics."""
         rules, diag = self.rules, dict[str, float]()
         if not rules.enabled:
-            return "", diag
+            return (Ending.CONTINUE, ""), diag
         for leg in self.legs:
             if leg.sigma is None:
                 continue
@@ -440,19 +463,20 @@ class SequentialPairedGate:
                 llr = (-d * shifted - k * d * d / 2) / leg.sigma**2
                 diag[f"futility_llr:{leg.name}"] = llr
                 if llr <= math.log(rules.futility_beta):
-                    return f"futility: {leg.name} evidence favours no effect over {d:.3g}", diag
+                    return (Ending.FUTILITY, f"futility: {leg.name} evidence favours no effect over {d:.3g}"), diag
                 cp = self._conditional_power(leg, shifted, k, horizon - n)
                 if cp is not None:
                     diag[f"conditional_power:{leg.name}"] = cp
                     if cp < rules.cp_floor:
-                        return f"conditional power {cp:.3f} < {rules.cp_floor:g} on {leg.name}", diag
+                        why = f"conditional power {cp:.3f} < {rules.cp_floor:g} on {leg.name}"
+                        return (Ending.CONDITIONAL_POWER, why), diag
             elif leg.kind == "critical":
                 m = leg.null
                 llr = (m * s - k * m * m / 2) / leg.sigma**2
                 diag[f"harm_llr:{leg.name}"] = llr
                 if llr >= math.log(1 / rules.harm_veto_beta):
-                    return f"harm veto: {leg.name} evidence of a {m:.3g} regression", diag
-        return "", diag
+                    return (Ending.HARM_VETO, f"harm veto: {leg.name} evidence of a {m:.3g} regression"), diag
+        return (Ending.CONTINUE, ""), diag
 
     def _conditional_power(self, leg: Leg, shifted: float, k: int, remaining: int) -> float | None:
         """P(cross at the last affordable look | data so far, true effect = design effect)."""
@@ -517,6 +541,7 @@ class PairedMarginGate:
                 legs=legs,
                 alpha=self.alpha,
                 reason=f"all {len(legs)} legs passed after {n} rounds",
+                ending=Ending.KEEP,
             )
         failed = [r.dim for r in legs if not r.passed]
         return GateDecision(
@@ -526,6 +551,7 @@ class PairedMarginGate:
             legs=legs,
             alpha=self.alpha,
             reason=f"not passed after {n} rounds: {', '.join(failed)}",
+            ending=Ending.HORIZON,
         )
 
 

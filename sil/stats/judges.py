@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from sil.contract.schema import Promotion
 from sil.stats.fitness import NoiseEstimate, NoisePool, RoundStat
-from sil.stats.gate import ErrorBudget, GateDecision, expected_confirmations, make_certify_gate, make_gate
+from sil.stats.gate import Ending, ErrorBudget, GateDecision, expected_confirmations, make_certify_gate, make_gate
 
 RANDOM_ACCEPT_P = 0.5
 COIN_STREAM = 99  # the coin's rng stream, apart from the proposer's
@@ -67,6 +67,23 @@ class Outcome(BaseModel):
     kind: str  # the kind of round just judged: random, screen or confirm
     decision: GateDecision | None = None
     coin: float | None = None
+    # how the judging ended, by kind: what a reader branches on, never `reason` (filled from the
+    # verdict when not given: a keep or continue says it, a revert naming no rule ends as OTHER)
+    ending: Ending = Ending.OTHER
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ending_of_a_plain_verdict(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "ending" not in data:
+            plain = {"keep": Ending.KEEP, "continue": Ending.CONTINUE}
+            data = {**data, "ending": plain.get(data.get("verdict", ""), Ending.OTHER)}
+        return data
+
+    @model_validator(mode="after")
+    def _ended_as_said(self) -> Outcome:
+        if self.verdict != "revert" and self.ending != (Ending.KEEP if self.verdict == "keep" else Ending.CONTINUE):
+            raise ValueError(f"a {self.verdict} outcome cannot end as {self.ending.value!r}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -123,9 +140,9 @@ class CoinJudge:
         coin = float(np.random.default_rng([self.run_seed, COIN_STREAM, index]).random())
         verdict: Verdict = "keep" if coin < RANDOM_ACCEPT_P else "revert"
         trial = trial.model_copy(update={"screen": stat})
-        return trial, Outcome(
-            verdict=verdict, reason=f"random arm coin flip ({coin:.3f})", kind="random", coin=round(coin, 4)
-        )
+        ending = Ending.KEEP if verdict == "keep" else Ending.COIN
+        reason = f"random arm coin flip ({coin:.3f})"
+        return trial, Outcome(verdict=verdict, reason=reason, kind="random", coin=round(coin, 4), ending=ending)
 
     def close(self, trial: Trial, verdict: str, shared: JudgeState) -> JudgeState:
         return shared
@@ -159,11 +176,16 @@ class GateJudge:
         alpha = shared.budget.next_alpha(forecast)
         if alpha is None:
             trial = Trial(screen=stat, noise=noise)
-            return trial, Outcome(verdict="revert", reason="run error budget (alpha) fully spent", kind="screen")
+            why = "run error budget (alpha) fully spent"
+            return trial, Outcome(verdict="revert", reason=why, kind="screen", ending=Ending.ALPHA_SPENT)
         decision = make_gate(self.promotion, noise, alpha).screen(stat)
         if decision.verdict == "revert":  # a screened-out candidate spends no alpha
             return Trial(screen=stat, noise=noise), Outcome(
-                verdict="revert", reason=f"screen: {decision.reason}", kind="screen", decision=decision
+                verdict="revert",
+                reason=f"screen: {decision.reason}",
+                kind="screen",
+                decision=decision,
+                ending=decision.ending,
             )
         trial = Trial(alpha=alpha, noise=noise, screen=stat)
         return trial, Outcome(verdict="continue", reason=decision.reason, kind="screen", decision=decision)
@@ -175,7 +197,10 @@ class GateJudge:
         horizon = len(confirm) + budget.audits_left // 2
         decision = make_gate(self.promotion, trial.noise, trial.alpha).confirm(confirm, horizon=horizon)
         trial = trial.model_copy(update={"confirm": confirm})
-        return trial, Outcome(verdict=decision.verdict, reason=decision.reason, kind="confirm", decision=decision)
+        outcome = Outcome(
+            verdict=decision.verdict, reason=decision.reason, kind="confirm", decision=decision, ending=decision.ending
+        )
+        return trial, outcome
 
     def close(self, trial: Trial, verdict: str, shared: JudgeState) -> JudgeState:
         if trial.alpha is None:

@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -94,13 +95,30 @@ def world_seeds(measurement: Path, seed_set: str) -> tuple[list[prepare.Seed], s
     return seeds + heldout, slice(len(seeds), len(seeds) + len(heldout))
 
 
-def simulate(args: argparse.Namespace, params: SimParams, policies: LoadedPolicies) -> Evidence:
-    """Score every requested frozen seed on every rubric dimension for the loaded policy set."""
-    seeds, rows = world_seeds(args.measurement, args.seed_set)
+@dataclass(frozen=True)
+class Frozen:
+    """What an audit reads of the frozen measurement: the world's seeds, the rows it reports, the rubric."""
+
+    seeds: list[prepare.Seed]
+    rows: slice
+    rubric: list[prepare.Dimension]
+
+
+def load_frozen(measurement: Path, seed_set: str) -> Frozen:
+    seeds, rows = world_seeds(measurement, seed_set)
     try:
-        rubric = prepare.load_rubric(args.measurement)
+        return Frozen(seeds, rows, prepare.load_rubric(measurement))
     except prepare.MeasurementError as ex:
         raise BadInput(str(ex)) from None
+
+
+def simulate(
+    args: argparse.Namespace, params: SimParams, policies: LoadedPolicies, frozen: Frozen | None = None
+) -> Evidence:
+    """Score every requested frozen seed on every rubric dimension for the loaded policy set
+    (`frozen`: the measurement as already read, for a caller that audits many times in one process)."""
+    frozen = frozen or load_frozen(args.measurement, args.seed_set)
+    seeds, rows, rubric = frozen.seeds, frozen.rows, frozen.rubric
     dims = [d.name for d in rubric]
     target = params.landscape_target
     if target not in dims:

@@ -14,6 +14,7 @@ from bench.metrics import WaldPoint, aggregate, by_kind, format_by_kind, in_stre
 from bench.procedures import ending_of
 from bench.simrun import RunSummary, SimRun
 from bench.validity import null_promotion, one_replicate
+from sil.stats.gate import Ending
 from sil.stats.judges import Outcome
 from sil_runtime.sim.world import World
 
@@ -199,20 +200,16 @@ def test_by_kind_accounts_every_candidate_audit_to_its_type(setup):
     assert "| loop_gate | null |" in format_by_kind(rows)
 
 
-@pytest.mark.parametrize(
-    ("verdict", "reason", "ending"),
-    [
-        ("keep", "all 5 legs crossed their boundaries by look 9", "keep"),
-        ("revert", "screen: screen failed: target", "screen"),
-        ("revert", "futility: broken_tool_use evidence favours no effect over 0.8", "futility"),
-        ("revert", "conditional power 0.010 < 0.05 on broken_tool_use", "cond. power"),
-        ("revert", "harm veto: concerning evidence of a 0.3 regression", "harm veto"),
-        ("revert", "no KEEP after 48 rounds", "K rounds"),
-        ("revert", "something new", "other"),
-    ],
-)
-def test_ending_names_the_rule_that_decided(verdict, reason, ending):
-    assert ending_of(Outcome(verdict=verdict, reason=reason, kind="confirm")) == ending
+@pytest.mark.parametrize("ending", list(Ending))
+def test_ending_is_the_kind_the_judge_gave_never_a_reading_of_the_reason(ending):
+    verdict = {Ending.KEEP: "keep", Ending.CONTINUE: "continue"}.get(ending, "revert")
+    outcome = Outcome(verdict=verdict, reason="futility: worded otherwise", kind="confirm", ending=ending)
+    assert ending_of(outcome) == ending.value
+
+
+def test_an_outcome_cannot_keep_with_a_reverting_rule():
+    with pytest.raises(ValueError, match="cannot end as"):
+        Outcome(verdict="keep", reason="x", kind="confirm", ending=Ending.FUTILITY)
 
 
 def test_cli_by_kind_table_is_printed_and_written(capsys, tmp_path):

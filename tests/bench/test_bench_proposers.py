@@ -1,4 +1,4 @@
-"""The proposer benchmark runs the loop's proposers and gate judge on the mechanisms world."""
+"""The proposer benchmark runs the product's loop with each proposer and rule on the mechanisms world."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from bench import proposers
 def test_bench_writes_rows_and_the_oracle_never_ends_worse(tmp_path: Path) -> None:
     out = tmp_path / "out"
     rows = proposers.main(
-        ["--runs", "2", "--budget", "80", "--jobs", "1", "--proposers", "catalogue,oracle", "--out", str(out)],
+        ["--runs", "2", "--budget", "80", "--jobs", "1", "--proposers", "catalogue,oracle", "--out", str(out)]
+        + ["--set", "certify_rounds=5"],
         progress=lambda text: None,
     )
     data = json.loads((out / "proposers.json").read_text())
@@ -27,22 +28,34 @@ def test_bench_writes_rows_and_the_oracle_never_ends_worse(tmp_path: Path) -> No
         assert run["catalogue"]["audits"] <= 80 and run["oracle"]["audits"] <= 80
 
 
-def test_the_oracle_search_keeps_only_harmless_gains_and_pays_for_its_certification() -> None:
-    from bench.proposers import ROOT, GateRun, load_contract, make_proposer
-
-    contract = load_contract(ROOT / "examples" / "program-mutator-offline.md")
+@pytest.mark.slow  # two small runs of the loop
+def test_the_oracle_search_is_certified_by_the_loop_and_the_oracle_gate_is_not() -> None:
+    contract = proposers.load_contract(proposers.ROOT / "examples" / "program-mutator-offline.md")
     contract = proposers.with_overrides(contract, {"certify_rounds": 20})
-    world, origin = _world_and_origin(contract)
-    search = GateRun(contract, world, origin, 120, "oracle_search")
-    result = search.run(make_proposer("mutator", contract, world), 1000)
-    gate = GateRun(contract, world, origin, 120, "oracle_gate")
-    ceiling = gate.run(make_proposer("mutator", contract, world), 1000)
-    # the same truth-knowing decisions, but the search stops at the certification's reserve and
-    # the champion is then certified on fresh rounds; the ceiling pays for no certification
-    assert (search.reserve, gate.reserve) == (40, 0)
-    assert result.certified is not None and ceiling.certified is None
-    assert search.uncertified is not None and search.uncertified.final_critical <= 1e-9
-    assert result.audits > search.uncertified.audits
+    search = proposers.grid_entry(proposers.grid_contract(contract, 120, "oracle_search"), "oracle", "oracle_search")
+    ceiling = proposers.grid_entry(proposers.grid_contract(contract, 120, "oracle_gate"), "oracle", "oracle_gate")
+    # the same truth-knowing decisions; the search's KEEPs harm nothing and its champion is then
+    # certified on fresh rounds by the loop's final phase; the ceiling pays for no certification
+    assert search.keeps and ceiling.keeps
+    assert search.certified is not None and ceiling.certified is None
+    assert search.final_critical <= 1e-9 or not search.certified
+    assert search.false_keeps == ceiling.false_keeps == 0
+    assert ceiling.final_target < 0
+
+
+def test_the_grid_gives_the_gate_arm_the_budget_left_after_calibration_and_certification() -> None:
+    contract = proposers.load_contract(proposers.ROOT / "examples" / "program-mutator-offline.md")
+    pairs, rounds = contract.contract.promotion.calibration_pairs, contract.contract.budget.certify_rounds
+    certified = proposers.grid_contract(contract, 300, "gate").contract.budget
+    ceiling = proposers.grid_contract(contract, 300, "oracle_gate").contract.budget
+    assert certified.arm_audits == {"never": 2 * pairs, "gate": 300 - 2 * pairs - 2 * rounds}
+    assert (ceiling.arm_audits["gate"], ceiling.certify_rounds) == (300 - 2 * pairs, 0)
+
+
+def test_a_budget_the_certification_would_eat_is_refused_with_the_way_out() -> None:
+    contract = proposers.load_contract(proposers.ROOT / "examples" / "program-mutator-offline.md")
+    with pytest.raises(SystemExit, match="certify_rounds=N"):
+        proposers.grid_contract(contract, 80, "gate")
 
 
 def test_entries_pick_exact_pairs_and_refuse_a_malformed_one() -> None:
@@ -56,30 +69,6 @@ def test_entries_pick_exact_pairs_and_refuse_a_malformed_one() -> None:
             parse_args(["--entries", bad])
 
 
-def test_the_mutator_reads_the_scores_a_citation_may_quote_as_in_the_loop() -> None:
-    from bench.proposers import ROOT, GateRun, load_contract
-
-    contract = load_contract(ROOT / "examples" / "program-mutator-offline.md")
-    world, origin = _world_and_origin(contract)
-    gate = GateRun(contract, world, origin, budget=80)
-    gate.round("aa000", origin, origin)
-    ctx = gate.context(origin, [])
-    assert ctx.audits, "the champion's audits are shown"
-    for audit in ctx.audits:
-        for seed in audit.seeds:
-            assert ctx.scores[audit.audit_id][seed.seed] == seed.scores
-
-
-def _world_and_origin(loaded):  # type: ignore[no-untyped-def]
-    """The world and starting policies as a bench run builds them."""
-    load_surface, surfaces = proposers.load_surface, proposers.SURFACES
-    root = proposers.ROOT / loaded.contract.measurement.seed_library
-    seeds = [s.id for s in proposers.prepare.load_seeds(root)]
-    rubric = {d.name: d.tier for d in proposers.prepare.load_rubric(root)}
-    origin = {n: load_surface(n, proposers.ROOT / "state" / "policies" / s.filename)[0] for n, s in surfaces.items()}
-    return proposers.BenchWorld(loaded, 0, seeds, rubric), origin
-
-
 def _random_arm_both_ways(out: dict[str, proposers.RunResult], certified_name: str, raw_name: str) -> None:
     raw, certified = out[raw_name], out[certified_name]
     assert (raw.keeps, raw.decisions, raw.certified) == (certified.keeps, certified.decisions, None)
@@ -89,6 +78,7 @@ def _random_arm_both_ways(out: dict[str, proposers.RunResult], certified_name: s
         assert certified.final_target == (raw.final_target if certified.certified else 0.0)
 
 
+@pytest.mark.slow  # one whole run of the default contract
 def test_the_random_arm_is_delivered_certified_as_program_md_asks_with_its_raw_champion_beside() -> None:
     path = proposers.ROOT / "program.md"
     assert proposers.arm_rows(path, {}) == proposers.CERTIFIED_ARMS
@@ -96,6 +86,7 @@ def test_the_random_arm_is_delivered_certified_as_program_md_asks_with_its_raw_c
     _random_arm_both_ways(out, "random", proposers.RANDOM_UNCERTIFIED)
 
 
+@pytest.mark.slow  # two whole runs of the default contract
 def test_an_uncertified_random_arm_is_delivered_raw_with_its_certified_counterfactual_beside(tmp_path: Path) -> None:
     path = tmp_path / "program.md"
     path.write_text(

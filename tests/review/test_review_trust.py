@@ -238,7 +238,7 @@ def test_9_the_gate_s_reasons_carry_rounded_numbers() -> None:
     from sil.stats import gate
 
     source = Path(gate.__file__).read_text()
-    reasons = re.findall(r'return f"([^"]*)", diag', source)
+    reasons = re.findall(r'f"((?:futility|harm veto|conditional power)[^"]*)"', source)
     assert len(reasons) >= 3, reasons
     raw = [r for r in reasons for field in re.findall(r"\{([^}]*)\}", r) if ":" not in field and "name" not in field]
     assert not raw, f"a number in a gate reason is not formatted: {raw}"

@@ -13,6 +13,7 @@ from sil.contract.schema import Promotion
 from sil.stats.fitness import NoiseEstimate, NoisePool, RoundStat
 from sil.stats.gate import (
     EarlyStops,
+    Ending,
     ErrorBudget,
     Leg,
     PairedMarginGate,
@@ -161,6 +162,9 @@ def test_harm_veto_and_futility_revert_early():
     assert harm.verdict == "revert" and harm.reason.startswith("harm veto")
     futile = gate.confirm([rs(t=0.8)] * 3)
     assert futile.verdict == "revert" and futile.reason.startswith("futility")
+    # the rule that decided is a kind on the decision, so no reader has to parse the reason
+    assert (harm.ending, futile.ending) == (Ending.HARM_VETO, Ending.FUTILITY)
+    assert gate.confirm([rs(t=-3.0)] * 16).ending == Ending.KEEP
 
 
 @settings(max_examples=150, deadline=None)
