@@ -164,8 +164,11 @@ def bound_cost(contract: Path = BOUND_CONTRACT) -> Cost:
 
     base = load_contract(contract).contract
     price = Price(input_per_mtok=1.0, output_per_mtok=1.0)
+    # a paid role must bound its largest call: one token for the auditor's and target's call that
+    # crosses the limit, and a judge that can read any transcript, so the ratio is the limit's
+    calls = {r: {"context_tokens": 10**9 if r == "judge" else 1, "max_tokens": 1} for r in ROLES}
     models = base.models.model_copy(
-        update={r: getattr(base.models, r).model_copy(update={"price": price}) for r in ROLES}
+        update={r: getattr(base.models, r).model_copy(update={"price": price, **calls[r]}) for r in ROLES}
     )
 
     def cost(k: int) -> float:
