@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sil.base.errors import Halt
 from sil.contract.schema import LoadedContract, template_path
+from sil.exec import localprobe
 from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
 from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
@@ -219,6 +220,11 @@ class LLMProposer:
         except WallTimeReached as ex:  # the run's own limit, not the model's failure: halt
             raise Halt(str(ex)) from None
         except Exception as ex:  # provider errors: a recorded gap, never a crash of the run
+            if down := localprobe.role_down("mutator", self.role):  # a dead server says nothing of proposals
+                raise localprobe.ServerDown(
+                    f"{down}. A mutator call failed meanwhile ({str(ex)[:200]}): start the server, "
+                    "then run the same `sil run` command again"
+                ) from None
             calls.append(
                 MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=bound, error=str(ex)[:300])
             )
