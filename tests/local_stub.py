@@ -4,7 +4,8 @@ mode "ok": answers /v1/models with its one model and /v1/chat/completions like a
 that writes its tool calls as text unless its prompt asks for the native interface (then it
 calls the first offered tool natively, or the one a named tool_choice asks for); "fail": every
 request is an HTTP 500 (the llama.cpp server's answer to tool_choice="required"); "hang":
-every completion waits `hang_s` before it answers; "text": never a tool call; "segv": the process
+every completion waits `hang_s` before it answers; "text": never a tool call; "context": every completion is
+HTTP 400 "maximum context length" (a prompt too long for the server's n_ctx); "segv": the process
 kills itself with SIGSEGV on its first completion, as a llama.cpp build for another CPU does (run
 it as its own process: `python tests/local_stub.py serve --port P --mode segv`). Like llama.cpp's
 server, any mode answers tool_choice "required" (inspect-ai's "any") with HTTP 500.
@@ -25,6 +26,7 @@ from typing import Any
 
 MODEL = "stub-model"
 NATIVE_HINT = "native tool-calling"
+CONTEXT_ERROR = "This model's maximum context length is 4096 tokens. However, you requested 4725 tokens."
 SEGV_LINE = "stub: ggml_compute_forward: illegal instruction on this CPU, segfaulting"
 
 
@@ -88,6 +90,13 @@ class StubServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if stub.mode == "fail" or body.get("tool_choice") == "required":  # as llama.cpp's server does
                     return self._send(500, {"error": {"message": "stub: internal error"}})
+                if stub.mode == "context":  # llama-cpp-python's answer to a prompt past its n_ctx
+                    error = {
+                        "message": CONTEXT_ERROR,
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                    return self._send(400, {"error": error})
                 if stub.mode == "hang":
                     time.sleep(stub.hang_s)
                 if stub.mode == "segv":

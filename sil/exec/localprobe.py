@@ -49,6 +49,8 @@ def not_answering(base_url: str, ex: BaseException, during: str = "") -> Problem
     if crash is not None:
         return Problem(f"server down{during}: {crash}", down=True)
     reason = getattr(ex, "reason", ex)
+    if isinstance(reason, TimeoutError):  # alive but busy: a one-thread llama.cpp server answers nothing mid-completion
+        return Problem(f"server busy{during}: no answer in time ({reason}); it may be working on a long completion")
     return Problem(f"server unreachable{during} ({reason}); start it (docs/local-models.md) or fix base_url", down=True)
 
 

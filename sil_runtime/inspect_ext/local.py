@@ -140,8 +140,9 @@ class LocalServer:
         log: Path | None = None,
         wait_s: float = 600,
         command: list[str] | None = None,
+        threads: int = 1,
     ) -> None:
-        self.port, self.n_ctx, self.wait_s = port, n_ctx, wait_s
+        self.port, self.n_ctx, self.wait_s, self.threads = port, n_ctx, wait_s, threads
         self.log = log or serverstate.default_log(port)
         self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
@@ -153,7 +154,10 @@ class LocalServer:
     def __enter__(self) -> LocalServer:
         import urllib.request
 
-        cmd = [*supervise_command(self.port, self.log), *(self.command or serve_command(self.port, self.n_ctx))]
+        cmd = [
+            *supervise_command(self.port, self.log),
+            *(self.command or serve_command(self.port, self.n_ctx, self.threads)),
+        ]
         self.proc = subprocess.Popen(cmd, start_new_session=True)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + self.wait_s

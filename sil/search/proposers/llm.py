@@ -66,6 +66,13 @@ def worst_case_cost(contract: Any) -> tuple[int, float]:
     return calls, calls * per_call
 
 
+TOO_LONG = (
+    "the mutator's answer was cut for length (its prompt and answer exceed the model's context, or "
+    "mutator.max_output_tokens): give the model more context (a local server's --n-ctx) or lower "
+    "mutator.max_prompt_chars"
+)
+
+
 class Rejected(Exception):
     """The model's output is not a usable mutation; the message goes back to the model."""
 
@@ -183,6 +190,9 @@ class LLMProposer:
             record, tool_call = self.record(output, prompt_sha, request, n, bound)
             if tool_call is None and output.message.text.strip().startswith(NO_PROPOSAL):
                 return Proposal(calls=[*calls, record])  # nothing left to try
+            if tool_call is None and output.stop_reason == "model_length":  # a retry's longer prompt fits worse
+                why = f"{TOO_LONG}: {output.message.text.strip()[:300]}"
+                return Proposal(calls=[*calls, record.model_copy(update={"error": why})], gap=why)
             try:
                 mutation = self.check(tool_call, request, ctx)
             except Rejected as ex:
