@@ -141,8 +141,9 @@ class LocalServer:
         wait_s: float = 600,
         command: list[str] | None = None,
         threads: int = 1,
+        stop_s: float = 30,
     ) -> None:
-        self.port, self.n_ctx, self.wait_s, self.threads = port, n_ctx, wait_s, threads
+        self.port, self.n_ctx, self.wait_s, self.threads, self.stop_s = port, n_ctx, wait_s, threads, stop_s
         self.log = log or serverstate.default_log(port)
         self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
@@ -182,10 +183,13 @@ class LocalServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()  # the supervisor stops the server, then records it stopped
             try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+                self.proc.wait(timeout=self.stop_s)
+            except subprocess.TimeoutExpired:  # e.g. busy with a long completion: killed, and said so here
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+                record = serverstate.read(self.port)
+                if record is not None and record.state == "running":
+                    serverstate.write(record.ended(-signal.SIGKILL, requested=True))
 
 
 def supervise_command(port: int, log: Path) -> list[str]:

@@ -98,6 +98,17 @@ def test_a_server_stopped_on_request_is_not_called_crashed() -> None:
     assert "stopped on request" in str(problem) and "crashed" not in str(problem)
 
 
+def test_a_server_too_busy_to_stop_is_killed_and_recorded_stopped() -> None:
+    port = free_port()
+    deaf = "import runpy, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    cmd = [sys.executable, "-c", deaf, str(STUB), "serve", "--port", str(port), "--mode", "ok"]
+    with LocalServer(port=port, command=cmd, wait_s=60, stop_s=2):
+        pass
+    record = serverstate.read(port)
+    assert record is not None and record.state == "stopped" and record.returncode == -9
+    assert "stopped on request" in str(localprobe.models(f"http://127.0.0.1:{port}/v1", MODEL))
+
+
 def contract_on(url: str):
     text = LOCAL.read_text().replace("http://127.0.0.1:8765/v1", url)
     return parse_contract(text.replace("llama-cpp-python/smollm2-135m", f"llama-cpp-python/{MODEL}"), str(LOCAL))
