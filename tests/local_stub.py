@@ -4,8 +4,11 @@ mode "ok": answers /v1/models with its one model and /v1/chat/completions like a
 that writes its tool calls as text unless its prompt asks for the native interface (then it
 calls the first offered tool natively, or the one a named tool_choice asks for); "fail": every
 request is an HTTP 500 (the llama.cpp server's answer to tool_choice="required"); "hang":
-every completion waits `hang_s` before it answers; "text": never a tool call. Like llama.cpp's server, any mode answers
-tool_choice "required" (inspect-ai's "any") with HTTP 500.
+every completion waits `hang_s` before it answers; "text": never a tool call; "context": every completion is
+HTTP 400 "maximum context length" (a prompt too long for the server's n_ctx); "segv": the process
+kills itself with SIGSEGV on its first completion, as a llama.cpp build for another CPU does (run
+it as its own process: `python tests/local_stub.py serve --port P --mode segv`). Like llama.cpp's
+server, any mode answers tool_choice "required" (inspect-ai's "any") with HTTP 500.
 
     with StubServer("ok") as stub:
         stub.base_url          # http://127.0.0.1:<port>/v1
@@ -15,6 +18,7 @@ tool_choice "required" (inspect-ai's "any") with HTTP 500.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +26,8 @@ from typing import Any
 
 MODEL = "stub-model"
 NATIVE_HINT = "native tool-calling"
+CONTEXT_ERROR = "This model's maximum context length is 4096 tokens. However, you requested 4725 tokens."
+SEGV_LINE = "stub: ggml_compute_forward: illegal instruction on this CPU, segfaulting"
 
 
 def completion(body: dict[str, Any], text_only: bool = False) -> dict[str, Any]:
@@ -55,7 +61,7 @@ def completion(body: dict[str, Any], text_only: bool = False) -> dict[str, Any]:
 
 
 class StubServer:
-    def __init__(self, mode: str = "ok", hang_s: float = 30.0) -> None:
+    def __init__(self, mode: str = "ok", hang_s: float = 30.0, port: int = 0) -> None:
         self.mode = mode
         self.hang_s = hang_s
         self.requests: list[str] = []
@@ -84,11 +90,23 @@ class StubServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if stub.mode == "fail" or body.get("tool_choice") == "required":  # as llama.cpp's server does
                     return self._send(500, {"error": {"message": "stub: internal error"}})
+                if stub.mode == "context":  # llama-cpp-python's answer to a prompt past its n_ctx
+                    error = {
+                        "message": CONTEXT_ERROR,
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                    return self._send(400, {"error": error})
                 if stub.mode == "hang":
                     time.sleep(stub.hang_s)
+                if stub.mode == "segv":
+                    print(SEGV_LINE, flush=True)
+                    # at this thread, as a real fault is (a process-wide kill could let this thread
+                    # answer while a fault handler such as faulthandler runs elsewhere)
+                    signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
                 self._send(200, completion(body, text_only=stub.mode == "text"))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -132,7 +150,19 @@ def one_local_audit(workdir: str) -> dict[str, Any]:
         return {"result": result.model_dump(mode="json"), "requests": len(stub.requests)}
 
 
-if __name__ == "__main__":  # python tests/local_stub.py audit WORKDIR: one audit, its result as JSON
+def serve(port: int, mode: str) -> None:
+    """Serve in the foreground until killed (or, in mode "segv", until the first completion)."""
+    with StubServer(mode, port=port) as stub:
+        print(f"stub serving {MODEL} on {stub.base_url} ({mode})", flush=True)
+        stub.thread.join()
+
+
+if __name__ == "__main__":
+    # python tests/local_stub.py audit WORKDIR: one audit, its result as JSON
+    # python tests/local_stub.py serve --port P --mode M: a stub server in its own process
     import sys
 
-    print(json.dumps(one_local_audit(sys.argv[2])))
+    if sys.argv[1] == "serve":
+        serve(int(sys.argv[sys.argv.index("--port") + 1]), sys.argv[sys.argv.index("--mode") + 1])
+    else:
+        print(json.dumps(one_local_audit(sys.argv[2])))

@@ -33,7 +33,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sil.base.errors import ExitCode, Refused
+from sil.base.errors import ExitCode, Halt, Refused
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -622,7 +622,10 @@ def noise(
     if not target.parent.is_dir():
         _fail(f"--out {target}: directory {target.parent} does not exist")
     err.print(f"sil noise: {4 * pairs} audits of {c.contract_id} in {work} ...")
-    report = measure_noise(loaded, root, pairs=pairs, passes=passes, out_dir=work)
+    try:
+        report = measure_noise(loaded, root, pairs=pairs, passes=passes, out_dir=work)
+    except Halt as ex:  # e.g. its local model server crashed
+        _fail(f"stopped: {ex}; no report was written", ExitCode.HALTED)
     command = "sil " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = render(report, command, root)
     atomic_write_bytes(target, text.encode())

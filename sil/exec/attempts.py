@@ -12,6 +12,8 @@ one, every launch is logged in `<audit_dir>/attempts`, one JSON line per event:
     {"event": "exit", "attempt": n, "rc": <status>}         wrapper, after the audit exits
     {"event": "kill", "attempt": n, "reason": "timeout"}    loop, before it kills the group
     {"event": "kill", "attempt": n, "reason": "disk"}       loop: it failed because of the disk
+    {"event": "kill", "attempt": n, "reason": "server"}     loop: it failed while a local model
+                                                            server was down (sil/exec/localprobe.py)
 
 `read_status` turns the log of the last attempt (plus a look at the live processes) into one
 state: new, finished, timed_out, running, died or unknown. `await_attempt` waits for a
@@ -52,6 +54,9 @@ rc=$?
 printf '{"event":"exit","attempt":%s,"rc":%s}\\n' "$n" "$rc" >> attempts
 exit "$rc"
 """
+
+# kill reasons that mean the attempt failed for a cause outside the policy: re-run, never a gap
+DIED_OF = {"disk": "of the disk", "server": "a local model server was down"}
 
 State = Literal["new", "finished", "timed_out", "running", "died", "unknown"]
 
@@ -101,7 +106,7 @@ def log_exit(audit_dir: Path, attempt: int, rc: int) -> None:
     _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "exit", "attempt": attempt, "rc": rc}, False)
 
 
-def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrupted", "disk"]) -> None:
+def log_kill(audit_dir: Path, attempt: int, reason: Literal["timeout", "interrupted", "disk", "server"]) -> None:
     _append(Path(audit_dir) / ATTEMPTS_FILE, {"event": "kill", "attempt": attempt, "reason": reason})
 
 
@@ -161,8 +166,9 @@ def read_status(audit_dir: Path) -> AttemptStatus:
     kill = mine.get("kill")
     if kill is not None and kill.get("reason") == "timeout":
         return AttemptStatus(state="timed_out", **base, detail="the loop killed it at its timeout")
-    if kill is not None and kill.get("reason") == "disk":  # its outcome says nothing about the policy
-        return AttemptStatus(state="died", **base, detail=f"attempt {n} failed because of the disk; re-run it")
+    if kill is not None and kill.get("reason") in DIED_OF:  # its outcome says nothing about the policy
+        why = DIED_OF[kill["reason"]]
+        return AttemptStatus(state="died", **base, detail=f"attempt {n} failed because {why}; re-run it")
     if "exit" in mine:
         rc = mine["exit"].get("rc")
         if not isinstance(rc, int):

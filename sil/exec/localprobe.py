@@ -1,20 +1,27 @@
 """Probes of a local OpenAI-compatible server (llama.cpp, vLLM, Ollama) for `sil check`: loopback only.
 
-Each returns None when the server is fine, else one line saying what is missing. No proxy is
-used (a proxy would be a connection off this machine).
+Each returns None when the server is fine, else a `Problem`: one line saying what is missing,
+and whether the server is down (then nothing can be audited on it). A server that does not
+answer is named crashed, with its exit signal, its log's last lines and the fix, when its
+supervisor recorded that (sil/exec/serverstate.py); else unreachable. No proxy is used (a proxy
+would be a connection off this machine).
 
-    models("http://127.0.0.1:8765/v1", "smollm2-135m")      # None, or "not served: ..."
-    tool_call("http://127.0.0.1:8765/v1", "smollm2-135m")   # None, or "tool calls unsupported: ..."
+    models("http://127.0.0.1:8765/v1", "smollm2-135m")      # None, or Problem("model not served: ...")
+    tool_call("http://127.0.0.1:8765/v1", "smollm2-135m")   # None, or Problem("tool calls unsupported: ...")
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
-from sil.contract.schema import is_loopback_url
+from sil.base.errors import Halt
+from sil.contract.schema import Contract, RoleModel, is_loopback_url
+from sil.exec import serverstate
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 PROBE_TOOL = {
@@ -25,6 +32,26 @@ PROBE_TOOL = {
         "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
     },
 }
+
+
+@dataclass(frozen=True)
+class Problem:
+    text: str
+    down: bool = False  # the server does not answer at all (crashed or unreachable)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def not_answering(base_url: str, ex: BaseException, during: str = "") -> Problem:
+    """A server that did not answer: crashed (its supervisor's record says how) or unreachable."""
+    crash = serverstate.explain_down(base_url)
+    if crash is not None:
+        return Problem(f"server down{during}: {crash}", down=True)
+    reason = getattr(ex, "reason", ex)
+    if isinstance(reason, TimeoutError):  # alive but busy: a one-thread llama.cpp server answers nothing mid-completion
+        return Problem(f"server busy{during}: no answer in time ({reason}); it may be working on a long completion")
+    return Problem(f"server unreachable{during} ({reason}); start it (docs/local-models.md) or fix base_url", down=True)
 
 
 def _call(url: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, Any]:
@@ -39,22 +66,21 @@ def _call(url: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, A
         return ex.code, None
 
 
-def models(base_url: str, model: str, timeout: float = 5.0) -> str | None:
+def models(base_url: str, model: str, timeout: float = 5.0) -> Problem | None:
     """Whether the server answers and lists `model`."""
     try:
         status, payload = _call(base_url.rstrip("/") + "/models", None, timeout)
-    except (OSError, ValueError) as ex:
-        reason = getattr(ex, "reason", ex)
-        return f"server unreachable ({reason}); start it (docs/local-models.md) or fix base_url"
+    except (OSError, ValueError, http.client.HTTPException) as ex:
+        return not_answering(base_url, ex)
     if status != 200 or not isinstance(payload, dict):
-        return f"server unreachable: GET /models answered HTTP {status}"
+        return Problem(f"server unreachable: GET /models answered HTTP {status}")  # it answers: not down
     ids = [m.get("id") for m in payload.get("data", []) if isinstance(m, dict)]
     if model not in ids:
-        return f"model not served: {model!r} is not among {ids}; serve it under that name (e.g. --model_alias)"
+        return Problem(f"model not served: {model!r} is not among {ids}; serve it under that name (e.g. --model_alias)")
     return None
 
 
-def tool_call(base_url: str, model: str, timeout: float = 60.0) -> str | None:
+def tool_call(base_url: str, model: str, timeout: float = 60.0) -> Problem | None:
     """Whether a named tool choice gets a native tool call back (Petri's roles and the mutator need it)."""
     body = {
         "model": model,
@@ -65,11 +91,38 @@ def tool_call(base_url: str, model: str, timeout: float = 60.0) -> str | None:
     }
     try:
         status, payload = _call(base_url.rstrip("/") + "/chat/completions", body, timeout)
-    except (OSError, ValueError) as ex:
-        return f"server unreachable during the tool-call probe ({getattr(ex, 'reason', ex)})"
+    except (OSError, ValueError, http.client.HTTPException) as ex:
+        return not_answering(base_url, ex, " during the tool-call probe")
     if status != 200 or not isinstance(payload, dict):
-        return f"tool calls unsupported: a named tool choice was answered with HTTP {status}"
+        return Problem(f"tool calls unsupported: a named tool choice was answered with HTTP {status}")
     message = (payload.get("choices") or [{}])[0].get("message") or {}
     if not message.get("tool_calls"):
-        return "tool calls unsupported: a named tool choice was answered with text, not a tool call"
+        return Problem("tool calls unsupported: a named tool choice was answered with text, not a tool call")
+    return None
+
+
+AUDIT_ROLES = ("auditor", "target", "judge")  # the mutator runs in the loop, not in an audit
+
+
+class ServerDown(Halt):
+    """An audit failed while a loopback model server was down: its outcome says nothing about the
+    policy, so the run halts (the audit is re-run on resume) rather than count a gap."""
+
+
+def server_down(contract: Contract) -> str | None:
+    """The first audit role whose loopback server does not answer, and why; None when all answer."""
+    for role in AUDIT_ROLES:
+        if down := role_down(role, getattr(contract.models, role)):
+            return down
+    return None
+
+
+def role_down(role: str, rm: RoleModel) -> str | None:
+    """Why the role's loopback server does not answer at all; None when it answers or is not loopback."""
+    if rm.offline or not rm.loopback or rm.base_url is None:
+        return None
+    served = rm.model.split("/", 1)[1] if "/" in rm.model else rm.model
+    problem = models(rm.base_url, served)
+    if problem is not None and problem.down:
+        return f"the {role}'s model server ({rm.base_url}) is down: {problem}"
     return None

@@ -46,7 +46,7 @@ from sil.base.faults import crashpoint
 from sil.contract import prepare
 from sil.contract.backendsettings import BackendSettings, NoSettings
 from sil.contract.schema import Contract
-from sil.exec import attempts, auditproc, useproof, zygote
+from sil.exec import attempts, auditproc, localprobe, useproof, zygote
 from sil.exec.attempts import AuditStateUnknown
 from sil.exec.auditproc import AuditTimedOut, WorkerLost
 from sil.exec.checkitem import CheckItem
@@ -609,6 +609,8 @@ def run_audit(
         wall = prior.wall_s if prior.state == "finished" and prior.wall_s is not None else time.monotonic() - start
         return with_use(score_evidence(req, ctx, evidence, wall), req, ctx, backend)
     except GapError as gap:
+        if not backend.simulated:
+            halt_if_server_down(req, ctx, gap)
         return gap_result(req, backend, gap, start, evidence)
 
 
@@ -626,6 +628,19 @@ def gap_result(
         backend=backend.name,
         usage=evidence.usage if evidence else gap.usage,
         log_path=evidence.log_path if evidence else gap.log_path,
+    )
+
+
+def halt_if_server_down(req: AuditRequest, ctx: MeasureContext, gap: GapError) -> None:
+    """A gap while a loopback model server is down says nothing about the policy: mark the attempt
+    to be re-run and halt the run with the server's reason (a crash names its signal and fix)."""
+    down = localprobe.server_down(ctx.contract)
+    if down is None:
+        return
+    attempts.log_kill(req.audit_dir, attempts.read_status(req.audit_dir).attempt, "server")
+    raise localprobe.ServerDown(
+        f"{down}. Audit {req.audit_id} failed meanwhile ({str(gap)[:300]}) and is re-run when the run "
+        "resumes: start the server, then run the same `sil run` command again"
     )
 
 

@@ -191,11 +191,14 @@ def _local_servers(c: Contract, probe_tools: bool = True) -> list[CheckItem]:
         problem = localprobe.models(rm.base_url, served)
         if problem is None and probe_tools:
             problem = localprobe.tool_call(rm.base_url, served, PROBE_TIMEOUT_S)
-            if problem is not None and role not in TOOL_ROLES:
+            # a target answering in text is what is measured; a target whose server died is not
+            if problem is not None and not problem.down and role not in TOOL_ROLES:
                 items.append(CheckItem(name=f"server:{role}", status="warn", detail=f"{rm.base_url}: {problem}"))
                 continue
         status: Literal["ok", "fail"] = "ok" if problem is None else "fail"
-        detail = problem or f"serves {served}" + (" and answers a named tool call" if probe_tools else "")
+        detail = (
+            str(problem) if problem else f"serves {served}" + (" and answers a named tool call" if probe_tools else "")
+        )
         items.append(CheckItem(name=f"server:{role}", status=status, detail=f"{rm.base_url}: {detail}"))
     return items
 

