@@ -45,6 +45,7 @@ $(LOCAL_STAMP): pyproject.toml $(RUN_STAMP)
 	@if [ "$$(cat $(LLAMA_BUILD_MARK) 2>/dev/null)" != "$(LLAMA_CMAKE_ARGS)" ]; then \
 		$(VENV)/bin/python -m pip uninstall -q -y llama-cpp-python; rm -f $(LLAMA_BUILD_MARK); fi
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(VENV)/bin/python -m pip install --no-cache-dir --no-binary llama-cpp-python -e '.[local]'
+	$(VENV)/bin/python -m pip install -q --no-deps -e ./sil_policy
 	@echo "$(LLAMA_CMAKE_ARGS)" > $(LLAMA_BUILD_MARK)
 	@touch $@
 
