@@ -1,6 +1,6 @@
 """A journal of paid model calls, so a crash never makes the loop pay for the same call twice.
 
-Layer L2, used by the LLM mutator and the judge-drift canary. Before a caller calls a model it
+In sil/exec, used by the LLM mutator and the judge-drift canary. Before a caller calls a model it
 writes a `pending` marker with the call's worst-case cost; when the output arrives it is saved
 atomically next to it. A resumed run that asks the same question (same arm, candidate,
 attempt, call number and prompt hash) replays the saved output instead of calling the model

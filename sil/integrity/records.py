@@ -145,7 +145,7 @@ class AuditRecord(Payload):
     log_path: str | None
     diagnostics: list[str]
     # per surface where the audited set differs from the other arm's: whether the target's inputs
-    # show its use (sil/exec/use.py); empty for audits of a set alone (baseline, A/A pairs)
+    # show its use (sil/exec/useproof.py); empty for audits of a set alone (baseline, A/A pairs)
     use: dict[str, AuditUse] = {}
 
 

@@ -4,7 +4,7 @@ A judge decides, round by round, what a candidate's paired rounds mean. It holds
 no state of its own: the run-level state it reads and updates (`JudgeState`: the noise pool
 and the run's error budget) and the candidate's own judging state (`Trial`) are passed in and
 returned, so the loop can persist them after every step and the bench can keep them in
-memory. The same code path decides in both (`tests/test_bench_equivalence.py`).
+memory. The same code path decides in both (`tests/bench/test_bench_equivalence.py`).
 
 - `CoinJudge` (random arm): one round, then a seeded coin: the negative control.
 - `GateJudge` (gate arm): a screen round (noise frozen, alpha allocated from the error budget

@@ -2,7 +2,7 @@
 
 Every input either parses or fails with the module's own error and a message; nothing else
 escapes (no RecursionError, bare ValueError, KeyError...). Mutation JSON is fuzzed in
-tests/test_mutation.py. Bounded example counts keep this file to a few seconds.
+tests/policies/test_mutation.py. Bounded example counts keep this file to a few seconds.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ audit only through the allowlisted environment, and never appears in the ledger,
 evidence, approvals, checkpoints or git objects; a parent `.env` is not loaded by the audit;
 CLI tracebacks print no local variables.
 
-Full-loop variant (`sil run` end to end, ~1 min): `pytest -m slow tests/test_secrets.py`.
+Full-loop variant (`sil run` end to end, ~1 min): `pytest -m slow tests/attack/test_secrets.py`.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ equal to its last KEEP, a ledger that verifies against its checkpoints, every ca
 reachable in git refs, no leftover temp file, and the user's branch, HEAD, index and tracked
 files untouched.
 
-    pytest tests/test_crash_matrix.py              # one chain of kills through a whole run (~40 s)
-    pytest -m slow tests/test_crash_matrix.py      # every kill point in its own run (~5 min)
+    pytest tests/crash/test_crash_matrix.py              # one chain of kills through a whole run (~40 s)
+    pytest -m slow tests/crash/test_crash_matrix.py      # every kill point in its own run (~5 min)
 """
 
 from __future__ import annotations

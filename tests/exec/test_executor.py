@@ -1,6 +1,6 @@
 """The executor seam without a cluster: contract fields, in-flight bounds, checks, sweep planning.
 
-The Ray runs themselves are in tests/test_ray_executor.py (marker `ray`).
+The Ray runs themselves are in tests/exec/test_ray_executor.py (marker `ray`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Ledger under other processes: concurrent writers never interleave; SIGKILL loses no acked record.
 
-Heavy variants: `pytest -m slow tests/test_ledger_concurrency.py`.
+Heavy variants: `pytest -m slow tests/integrity/test_ledger_concurrency.py`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ paired round (offline scripted models, first seed only, two judge passes) and br
 its logs. The offline auditor is deterministic, so these tests prove the plumbing (the seed is
 sent, recorded and checked), not that CRN makes a real audit's arms' noise correlate.
 
-    python -m pytest -q -o addopts="" tests/test_petri_crn.py
+    python -m pytest -q -o addopts="" tests/petri/test_petri_crn.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A review a person can trust at a glance (issue 26): one answer in every view, clear errors.
 
 Each test names the numbered item of the issue it covers. Most share the finished tiny run of
-tests/test_review.py (read-only) or a private copy of it.
+tests/review/test_review.py (read-only) or a private copy of it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The search (baseline, A/A, candidate rounds) audits only the search seeds; the g
 certification audits only the held-out seeds; the mutator never sees a held-out seed, score or
 transcript; the manifest covers them; and the summary shows both effects side by side.
 
-    pytest tests/test_heldout.py
+    pytest tests/run/test_heldout.py
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`sil noise`: the variance split and its report (the audits themselves: tests/test_local_real.py, the stub run)."""
+"""`sil noise`: the variance split and its report (the audits themselves: tests/local/test_local_real.py, the stub run)."""
 
 from __future__ import annotations
 

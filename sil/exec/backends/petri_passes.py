@@ -1,6 +1,6 @@
 """The Petri audit with k judge passes: one `inspect eval`, then k - 1 `inspect score` re-judgings.
 
-Layer L2; the audit subprocess runs it (sil/exec/backends/petri.py builds the command when
+In sil/exec; the audit subprocess runs it (sil/exec/backends/petri.py builds the command when
 `measurement.judge_resamples` > 1). Each re-judging reads the same transcripts and appends a
 score (`audit_judge1`, `audit_judge2`, ...) to the one `.eval` log, with the log's own model
 roles, so the judge is the contract's judge with its settings. Its model calls are in the

@@ -1,6 +1,6 @@
 """The LLM mutator: asks the contract's `mutator` model for one evidence-backed mutation.
 
-Layer L2. The prompt is the contract's versioned template (`templates/<name>.md`, hashed into
+The prompt is the contract's versioned template (`templates/<name>.md`, hashed into
 the contract) filled with the programme, the allowed surfaces with their schemas and the
 champion's content, the champion's recent audit evidence and this arm's history
 (`sil/search/evidence.py`). The model answers through one tool call, `propose_mutation`; its
