@@ -112,7 +112,10 @@ def render(f: Figures, command: str, commit: str, wall: float, rc: int, wall_s: 
     lines = [
         "# A real model as the mutator: SmolLM2-135M-Instruct, one short run",
         "",
-        f"`{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M UTC}, commit {commit}; {wall:.0f} s wall, `sil run` exit {rc}.",
+        f"- command: `{command}`",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}; took {wall:.0f} s wall, `sil run` exit {rc}",
+        f"- commit: {commit}",
+        "- runs: 1 (a real model: counts of one run, not estimates of a rate)",
         "",
         "The default contract (simulated mechanisms world) with SmolLM2 on 127.0.0.1 as its mutator",
         f"(llama-cpp-python, {N_CTX}-token context, 2 threads, 600 s a call, the contract's smallest prompt: `max_prompt_chars: 4000`,",
