@@ -20,9 +20,10 @@ from sil.integrity import ledger as ledger_mod
 from sil.integrity.adoption import AdoptionRefused, adopt_project
 from sil.integrity.checkpoint import PROJECT_REF, checkpoint_ref, write_checkpoint
 from sil.integrity.projectid import ADOPTION_FILE, ProjectIdLost, project_id
-from sil.integrity.records import RunRecord
+from sil.integrity.records import RunRecord, Trust
 from sil.integrity.verify import verify_run_ledger
 from tests.cli.test_cli import make_workspace
+from tests.tamper.test_tamper_attacks import _run_record as tamper_run_record
 
 
 def _project(root: Path, run_id: str = "r1", project: str | None = None) -> Path:
@@ -41,20 +42,7 @@ def _project(root: Path, run_id: str = "r1", project: str | None = None) -> Path
 
 
 def _run_record(project: str) -> RunRecord:
-    return RunRecord(
-        contract_id="c",
-        contract_hash="0" * 64,
-        measurement_hash="0" * 64,
-        manifest_hash="0" * 64,
-        backend="sim",
-        models={},
-        arms=["gate"],
-        seed=0,
-        replicate_k=4,
-        approval="none",
-        note="",
-        project=project,
-    )
+    return tamper_run_record(Trust(), project)
 
 
 runner = CliRunner()
