@@ -451,6 +451,7 @@ def _committed(workspace: Path) -> str:
     return subprocess.run(show, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow  # a whole run, then every view and git object grepped: in .ci/run's slow step
 def test_no_planted_secret_survives_a_whole_run(workspace: Path) -> None:
     """Secrets planted where a user might (glued into a policy, in the programme) stop `sil run`
     before any commit; once removed, a whole run whose mutator writes one into its hypothesis

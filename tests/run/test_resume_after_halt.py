@@ -34,6 +34,7 @@ def wiring(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
     return state
 
 
+@pytest.mark.slow  # two runs to the end: in .ci/run's slow step
 def test_a_preflight_halt_whose_cause_is_fixed_resumes_and_finishes(small: Path, wiring: dict[str, bool]) -> None:
     halted = run_loop(small)
     assert halted.state.phase == "halted" and "wiring preflight could not run" in (halted.state.halt_reason or "")
