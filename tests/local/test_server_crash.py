@@ -180,11 +180,12 @@ def local_workspace(root: Path, url: str) -> Path:
 def test_a_run_whose_server_crashes_halts_with_the_crash_and_resumes_once_it_is_back(tmp_path: Path) -> None:
     from sil.integrity import ledger
     from sil.run.train import run_phases
+    from sil.store.events import Resuming, Update
     from tests.run.test_train import open_loop
 
     port = free_port()
     root = local_workspace(tmp_path / "project", f"http://127.0.0.1:{port}/v1")
-    events: list[str] = []
+    events: list[Update] = []
     with stub(port, "segv"):
         rc = open_loop(root, "r1", events.append)
         run_phases(rc)
@@ -195,7 +196,8 @@ def test_a_run_whose_server_crashes_halts_with_the_crash_and_resumes_once_it_is_
         rc = open_loop(root, "r1", events.append)
         run_phases(rc)
     assert rc.state.phase == "done", rc.state.halt_reason
-    assert any(e.startswith("resuming after a halt: the target's model server") for e in events), events
+    resumed = [e.event for e in events if isinstance(e.event, Resuming)]
+    assert resumed and (resumed[0].halt_reason or "").startswith("the target's model server"), resumed
     kinds = [r.type for r in ledger.read_records(rc.run_dir / "ledger.jsonl")]
     assert kinds.count("halt") == 1 and "stop" in kinds
     assert ledger.verify_file(rc.run_dir / "ledger.jsonl").ok
