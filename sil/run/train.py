@@ -213,7 +213,7 @@ def halt(rc: RunContext, reason: str) -> None:
 def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> RunContext:
     """The run context for a new or stored run (Refused if it cannot be resumed as asked)."""
     contract = loaded.contract
-    run_project(cfg.repo_root, create=False)  # a lost id is refused before anything is written
+    refuse_a_lost_project(cfg.repo_root)
     measure_ctx = MeasureContext.from_contract(contract, cfg.repo_root)
     backend = make_backend(contract.backend)
     store = PolicyStore(cfg.run_dir)
@@ -263,13 +263,18 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
     return rc
 
 
-def run_project(root: Path, create: bool = True) -> str:
-    """The project id this run names (made on the project's first run once `create`); refused when
-    the id is lost while earlier runs name one (a clone made without refs/sil/*, a deleted ref)."""
+def refuse_a_lost_project(root: Path) -> None:
+    """Refused, before anything is written, when the project's id is lost while earlier runs name
+    one (a clone made without refs/sil/*, a deleted ref)."""
     try:
-        if not create:
-            check_project_id(root)
-            return ""
+        check_project_id(root)
+    except ProjectIdLost as ex:
+        raise Refused(str(ex)) from None
+
+
+def run_project(root: Path) -> str:
+    """The project id this run names, made on the project's first run."""
+    try:
         return project_id(root) or ""
     except ProjectIdLost as ex:
         raise Refused(str(ex)) from None
