@@ -31,6 +31,9 @@ TAIL_CHARS = 800
 # a server killed by one of these is broken code, most often a llama.cpp build for another CPU
 CPU_FAULTS = frozenset({signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT})
 VERDICT_WAIT_S = 3.0  # a child just gone: how long its supervisor may take to write how it ended
+# A crashing process closes its sockets before it turns zombie: a client can see the connection
+# drop while the pid still looks alive. Watch it this long before calling it alive.
+DYING_GRACE_S = 1.0
 
 
 class ServerRecord(BaseModel):
@@ -145,9 +148,12 @@ def explain_down(base_url: str, wait_s: float = VERDICT_WAIT_S) -> str | None:
     record = read(port) if port is not None else None
     if record is None:
         return None
-    deadline = time.monotonic() + wait_s
-    while record.state == "running" and not alive(record.pid):
-        if time.monotonic() >= deadline:
+    start = time.monotonic()
+    while record.state == "running":
+        waited = time.monotonic() - start
+        if alive(record.pid) and waited >= DYING_GRACE_S:
+            return None  # alive: it merely does not answer (busy, or not listening yet)
+        if waited >= wait_s:
             return (
                 f"the local model server on 127.0.0.1:{record.port} (pid {record.pid}) is gone and its "
                 f"supervisor (pid {record.supervisor_pid}) recorded no exit (killed with it?); "
@@ -155,7 +161,7 @@ def explain_down(base_url: str, wait_s: float = VERDICT_WAIT_S) -> str | None:
             )
         time.sleep(0.1)
         record = read(record.port) or record
-    return None if record.state == "running" else describe(record)
+    return describe(record)
 
 
 def alive(pid: int) -> bool:

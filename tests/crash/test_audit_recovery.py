@@ -190,8 +190,13 @@ def test_unkillable_overdue_audit_is_unknown(ctx, req, monkeypatch) -> None:
     proc = orphan(req, short, "import time; time.sleep(60)", launched_ago=1.0)
     monkeypatch.setattr(attempts, "KILL_GRACE_S", 0.2)
     monkeypatch.setattr(os, "killpg", lambda pgid, sig: None)  # a process in D state ignores us
-    with pytest.raises(AuditStateUnknown, match="still alive after SIGKILL"):
-        run_audit(req, short, ScriptBackend("raise SystemExit('must not be launched')"))
+    wait_for(lambda: attempts.read_status(req.audit_dir).pid is not None)  # its wrapper has started
+    try:
+        res = run_audit(req, short, ScriptBackend("raise SystemExit('must not be launched')"))
+    except AuditStateUnknown as ex:
+        assert "still alive after SIGKILL" in str(ex)
+    else:
+        pytest.fail(f"an unkillable audit was read as {res}: {attempts.read_status(req.audit_dir)}")
     monkeypatch.undo()
     os.killpg(proc.pid, 9)
     proc.wait()

@@ -7,6 +7,7 @@ itself with SIGSEGV on its first completion, as a llama.cpp build for another CP
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import sys
@@ -65,8 +66,6 @@ def ended(server: LocalServer) -> str:
 
 
 def assert_names_the_crash(text: str) -> None:
-    import re
-
     assert re.search(CRASH, text), text
     assert SEGV_LINE in text  # the last lines of the server's log
     assert "make local" in text  # the fix: the portable build
@@ -201,3 +200,41 @@ def test_a_run_whose_server_crashes_halts_with_the_crash_and_resumes_once_it_is_
     kinds = [r.type for r in ledger.read_records(rc.run_dir / "ledger.jsonl")]
     assert kinds.count("halt") == 1 and "stop" in kinds
     assert ledger.verify_file(rc.run_dir / "ledger.jsonl").ok
+
+
+def test_a_server_seen_dropping_a_connection_while_it_dies_is_named_crashed() -> None:
+    """Its socket closes before its pid turns zombie: the record is read as it is written, not
+    before (a probe that read "running, pid alive" at once called a crashing server unreachable)."""
+    import subprocess
+    import threading
+
+    port = free_port()
+    dying = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.4)"])
+    record = serverstate.ServerRecord(port=port, pid=dying.pid, supervisor_pid=0, log="", started_at=time.time())
+    serverstate.write(record)
+
+    def supervisor() -> None:
+        serverstate.write(record.ended(returncode=-11, requested=False))
+        dying.wait()
+
+    timer = threading.Timer(0.3, supervisor)
+    timer.start()
+    try:
+        why = serverstate.explain_down(f"http://127.0.0.1:{port}/v1")
+    finally:
+        timer.join()
+        dying.wait()
+    assert why is not None and re.search(CRASH, why), why
+
+
+def test_a_server_alive_but_silent_is_not_called_down() -> None:
+    import subprocess
+
+    port = free_port()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as silent:
+        record = serverstate.ServerRecord(port=port, pid=silent.pid, supervisor_pid=0, log="", started_at=time.time())
+        serverstate.write(record)
+        try:
+            assert serverstate.explain_down(f"http://127.0.0.1:{port}/v1") is None
+        finally:
+            silent.kill()
