@@ -21,6 +21,7 @@ from sil.policies.store import read_policy_dir
 from sil_policy import SURFACES, PolicyError, parse_surface
 from tests.cli.test_cli import make_workspace
 from tests.conftest import REPO
+from tests.finished import finished_tiny_run
 
 runner = CliRunner()
 FAST_S = 30.0  # a hang never ends; a loaded machine may take seconds where an idle one takes less than one
@@ -33,6 +34,11 @@ def invoke(*args: str):
     return result
 
 
+def make_workspace_at(root: Path) -> Path:
+    root.mkdir(parents=True)
+    return make_workspace(root)
+
+
 def files_under(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if ".git" not in p.parts}
 
@@ -40,24 +46,17 @@ def files_under(root: Path) -> set[str]:
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     """A workspace with one finished tiny run."""
-    root = make_workspace(tmp_path_factory.mktemp("hostile"))
-    cwd = Path.cwd()
-    try:
-        os.chdir(root)
-        result = runner.invoke(app, ["run", "--run-id", "t1"], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-    finally:
-        os.chdir(cwd)
-    return root
+    return finished_tiny_run(tmp_path_factory, "hostile")
 
 
 @pytest.mark.parametrize("run_id", ["../../../x", "a/../../x", "bad.lock", "..", "x/y", ".hidden"])
-def test_hostile_run_ids_are_refused_before_anything_is_written(workspace, monkeypatch, run_id: str) -> None:
-    monkeypatch.chdir(workspace)
-    before = files_under(workspace.parent)
+def test_hostile_run_ids_are_refused_before_anything_is_written(tmp_path, monkeypatch, run_id: str) -> None:
+    # two folders above the project, inside tmp_path: where an escaping id would write
+    monkeypatch.chdir(make_workspace_at(tmp_path / "up" / "above" / "ws"))
+    before = files_under(tmp_path)
     result = invoke("run", "--run-id", run_id)
     assert result.exit_code == 2 and "run id" in result.output
-    assert files_under(workspace.parent) == before
+    assert files_under(tmp_path) == before
 
 
 def test_yaml_alias_bomb_is_refused_fast() -> None:

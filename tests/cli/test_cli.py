@@ -32,17 +32,9 @@ def make_workspace(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     """A workspace with one finished tiny run (shared by the review tests)."""
-    root = make_workspace(tmp_path_factory.mktemp("cli"))
-    cwd = Path.cwd()
-    try:
-        import os
+    from tests.finished import finished_tiny_run
 
-        os.chdir(root)
-        result = invoke("run", "--run-id", "t1")
-        assert result.exit_code == 0, result.output
-    finally:
-        os.chdir(cwd)
-    return root
+    return finished_tiny_run(tmp_path_factory, "cli")
 
 
 @pytest.fixture

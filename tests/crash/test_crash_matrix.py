@@ -303,6 +303,7 @@ def test_chain_of_kills_through_one_run(tmp_path: Path, reference: dict) -> None
     assert counts["died"] >= 1
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_unknown_audit_state_halts_then_resumes(tmp_path: Path, reference: dict) -> None:
     """An attempts log the loop cannot read: halt with "unknown", resume once it is restored."""
     root = make_workspace(tmp_path / "ws")

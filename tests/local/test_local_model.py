@@ -72,7 +72,8 @@ def test_a_mutator_server_failing_forever_halts_the_run_at_max_wall_s(workspace:
     halts = [r for r in ledger.read_records(rc.run_dir / "ledger.jsonl") if r.type == "halt"]
     assert len(halts) == 1 and "mutator model call" in halts[0].payload["reason"]
     assert len(stub.requests) >= 2  # the provider retried: only the wall budget ended it
-    assert took < 45 + 30, f"the run took {took:.0f}s, far past max_wall_s 45"
+    # the provider alone would retry for 30 minutes; a loaded machine may add a minute or two
+    assert took < 45 + 150, f"the run took {took:.0f}s, far past max_wall_s 45"
 
 
 def test_a_mutator_call_past_the_wall_budget_is_never_made(champion, tmp_path: Path) -> None:  # noqa: F811
@@ -131,6 +132,7 @@ def test_sil_check_names_what_a_local_server_lacks(monkeypatch) -> None:
 DEAD_PROXY = "http://10.255.255.1:9"  # no route in the namespace: a proxied connection fails
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_a_local_audit_opens_no_connection_but_loopback(tmp_path: Path) -> None:
     """In a network namespace with only loopback (and proxies pointed at a dead address), a local
     audit completes: the target, the token counts and everything else stay on 127.0.0.1."""

@@ -117,6 +117,7 @@ def crn_round(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, MeasureCo
     return ws, ctx, {r.audit_id: read_eval_log(r.log_path, resolve_attachments=True) for r in results}
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_a_real_round_records_the_shared_seed_through_the_judge_passes(crn_round) -> None:
     _, ctx, logs = crn_round
     for log in logs.values():
@@ -139,6 +140,7 @@ def _seeded(log, role: str, seed: int | None):
     return broken
 
 
+@pytest.mark.slow  # shares the real round above
 def test_check_run_rejects_a_log_from_another_seed_configuration(crn_round) -> None:
     _, ctx, logs = crn_round
     log = logs[f"{ROUND}-champ"]

@@ -52,6 +52,7 @@ def test_a_failing_step_fails_the_audit(tmp_path: Path) -> None:
     assert petri_passes.run_passes([sys.executable, "-c", junk], 2, tmp_path, logs) != 0  # re-judging fails
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_two_passes_offline_are_judged_counted_and_charged(tmp_path: Path) -> None:
     root = make_workspace(tmp_path)
     base = context(root)

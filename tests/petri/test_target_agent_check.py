@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sil.contract.petriparams import PetriParams
 from sil.contract.schema import Contract, load_contract
 from sil.exec.backends import make_backend
@@ -32,6 +34,7 @@ def test_a_missing_entry_point_and_refused_params_are_explained() -> None:
     assert "target_agent_params" in bad and "unexpected keyword" in bad
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_the_petri_backend_resolves_its_target_agent_in_the_audits_environment() -> None:
     assert make_backend("sim").start_checks(with_agent("sil_runtime/runtime_target")) == []  # the default
     (ok,) = _backend_checks(with_agent("sil_runtime/runtime_target"))

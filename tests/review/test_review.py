@@ -17,8 +17,9 @@ from sil.contract.schema import ContractError, load_contract, parse_contract
 from sil.exec import measure
 from sil.exec.startchecks import planned_audits
 from sil.review.runview import load_run
-from tests.cli.test_cli import invoke, make_workspace
+from tests.cli.test_cli import invoke
 from tests.conftest import REPO, edit_contract
+from tests.finished import finished_tiny_run
 
 RUN = "t1"
 PETRI = REPO / "examples" / "program-petri-offline.md"
@@ -27,17 +28,7 @@ PETRI = REPO / "examples" / "program-petri-offline.md"
 @pytest.fixture(scope="module")
 def done(tmp_path_factory) -> Path:
     """One finished tiny run, shared read-only by the review tests."""
-    import os
-
-    root = make_workspace(tmp_path_factory.mktemp("review"))
-    cwd = Path.cwd()
-    os.chdir(root)
-    try:
-        result = invoke("run", "--run-id", RUN)
-        assert result.exit_code == 0, result.output
-    finally:
-        os.chdir(cwd)
-    return root
+    return finished_tiny_run(tmp_path_factory, "review", RUN)
 
 
 @pytest.fixture

@@ -283,6 +283,7 @@ def test_a_dry_proposer_s_unspent_audits_lengthen_the_certification(
     assert row[3] == f"{looks} of up to {looks}"
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_search_rounds_never_touch_heldout_seeds_in_a_whole_run(workspace: Path) -> None:
     from tests.run.test_train import run_loop
 
@@ -420,6 +421,7 @@ def final_outcome(root: Path) -> dict:
     }
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_resume_after_kills_during_heldout_certification(tmp_path: Path) -> None:
     from sil.exec import attempts
     from sil.integrity.verify import verify_run_ledger
@@ -453,6 +455,7 @@ def test_resume_after_kills_during_heldout_certification(tmp_path: Path) -> None
     assert state.planned is None and len(state.arms["gate"].final_rounds) == want["certify"]["rounds"]
 
 
+@pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test
 def test_resume_after_an_early_certification_runs_no_spare_round(tmp_path: Path, monkeypatch) -> None:
     """Killed in the search-seed check after the certification decided early: no extra held-out round."""
     from sil.run import certify
