@@ -254,6 +254,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         refs=RunRefs(cfg.policy_repo, cfg.run_dir.name, store),
         backend=backend,
         measure=measure_ctx,
+        project_root=cfg.repo_root,
     )
     rc.book.once(Keys.RUN, run_record(rc, cfg.trust, project))
     declared = rc.book.get("contract", Keys.RUN, RunRecord)
