@@ -24,6 +24,7 @@ import argparse
 import json
 import multiprocessing as mp
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -161,7 +162,7 @@ def rows_of(budget: str, claim: str, projects: list[list[dict[str, Any]]], revis
     return rows
 
 
-def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str) -> str:
+def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n: int) -> str:
     head = (
         "| budget | claim | R | P(any worse, fresh seeds) | P(any worse, held-out seeds) "
         "| final target, fresh seeds | deliveries | refused runs | projects |\n|---|---|---|---|---|---|---|---|---|\n"
@@ -174,7 +175,7 @@ def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str) -
     )
     return (
         f"# A project, not a run (simulated mechanisms world, `{CONTRACT.name}`)\n\n{prov}\n\n"
-        f"{args.runs} simulated projects per design, each up to {args.revisions} runs on one measurement, "
+        f"{n} simulated projects per design, each up to {args.revisions} runs on one measurement, "
         f"every run starting from the last delivered champion with a new candidate stream. Project budget: "
         f"`project_alpha` {args.project_alpha} over {args.certifications} delivering certifications "
         f"({args.project_alpha / args.certifications:g} each); without it every run certifies at "
@@ -198,23 +199,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every design's projects, interleaved so that all designs have the same count at any time;
+    the results files are rewritten after each round of projects (a stopped measurement keeps its
+    last complete round, and says its count)."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
     args = parse_args(argv)
     started = time.monotonic()
     opts = {k: v for k, v in vars(args).items() if k != "out"}
+    designs = [tuple(d.split(":")) for d in args.designs.split(",")]
+    tasks = [(b, c, p, args.revisions, opts) for p in range(args.runs) for b, c in designs]
+    done: dict[tuple[str, ...], list[list[dict[str, Any]]]] = {d: [] for d in designs}
     rows: list[dict[str, Any]] = []
-    for design in args.designs.split(","):
-        budget, claim = design.split(":")
-        tasks = [(budget, claim, p, args.revisions, opts) for p in range(args.runs)]
-        with mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
-            projects = list(pool.imap(one_project, tasks))
-        rows += rows_of(budget, claim, projects, args.revisions)
-        print(f"{design}: {len(projects)} projects in {time.monotonic() - started:.0f} s", flush=True)
-    argv = list(argv) if argv is not None else __import__("sys").argv[1:]
-    prov = provenance(["bench.project", *argv], f"{args.runs} projects per design", time.monotonic() - started)
+    with mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
+        for task, project in zip(tasks, pool.imap(one_project, tasks), strict=True):
+            done[(task[0], task[1])].append(project)
+            if all(len(p) == len(done[designs[0]]) for p in done.values()):
+                rows = [row for (b, c), ps in done.items() for row in rows_of(b, c, ps, args.revisions)]
+                write(args, argv, rows, len(done[designs[0]]), time.monotonic() - started)
+    return rows
+
+
+def write(args: argparse.Namespace, argv: list[str], rows: list[dict[str, Any]], n: int, seconds: float) -> None:
+    prov = provenance(["bench.project", *argv], f"{n} projects per design (of --runs {args.runs})", seconds)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "project.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1) + "\n")
-    (args.out / "project.md").write_text(format_md(rows, args, prov))
-    return rows
+    (args.out / "project.md").write_text(format_md(rows, args, prov, n))
+    print(f"{n} projects per design written after {seconds:.0f} s", flush=True)
 
 
 class _Serial:
