@@ -39,8 +39,8 @@ from bench.metrics import provenance
 from bench.proposers import BenchWorld, finished, origin_documents, revalidated, world_contract
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, load_contract
+from sil.exec.holdoutcheck import next_spend
 from sil.exec.measure import MeasureContext
-from sil.run.holdout import next_spend
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "examples" / "program-mutator-offline.md"

@@ -655,6 +655,15 @@ def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
         out.print("no runs yet under state/runs; start one with `sil run`")
         return
     out.print(_runs_table(rows))
+    _print_holdout(Path.cwd())
+
+
+def _print_holdout(root: Path) -> None:
+    """What each seed set has served the project's certifications (the project holdout ledger)."""
+    from sil.review.holdoutview import holdout_lines
+
+    for line in holdout_lines(root):
+        out.print(escape(line), highlight=False)
 
 
 def _runs_table(rows: list[RunOverview]) -> Table:
@@ -701,6 +710,7 @@ def status(
         return
     for line in status_lines(st):
         out.print(escape(line), highlight=False)
+    _print_holdout(Path.cwd())
 
 
 @app.command()

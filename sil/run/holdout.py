@@ -3,7 +3,7 @@
 The level comes from the contract's spending rule (sil/stats/holdout.py) and what the seed set
 has already spent (sil/integrity/holdout.py), so a run on a set whose project budget is used up
 certifies nothing: its champion is rolled back, with the fix in the reason. `sil check` shows the
-same figures before the run (`next_spend`).
+same figures before the run (sil/exec/holdoutcheck.py).
 
     level = reserve(rc, arm)          # a float, or the reason the certification may not run
     record_result(rc, arm, policy_set, certified, reason)
@@ -11,91 +11,15 @@ same figures before the run (`next_spend`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
-from sil.contract import prepare
-from sil.contract.prepare import SeedSet
-from sil.contract.schema import Contract
-from sil.exec.measure import MeasureContext
-from sil.integrity.holdout import (
-    HoldoutUse,
-    append_holdout,
-    holdout_records,
-    holdout_uses,
-    set_hash,
-    spend_key,
-)
+from sil.exec.holdoutcheck import seed_set_of
+from sil.integrity.holdout import append_holdout, holdout_uses, spend_key
 from sil.integrity.ledger import Record
 from sil.integrity.records import HoldoutResultRecord, HoldoutSpendRecord
 from sil.run.context import RunContext
-from sil.stats.holdout import HoldoutSpent, SpendingRule, rule_for
+from sil.stats.holdout import HoldoutSpent, rule_for
 from sil.store.runstate import ArmState
 
 DELIVERING_ARM = "gate"  # the only arm whose champion a user is handed (`sil promote` refuses the random arm)
-CLAIMS = {
-    "heldout": "on the held-out seeds themselves (fresh audits)",
-    "fresh": "on seeds the project never used (held-out seeds as a sample)",
-}
-
-
-@dataclass(frozen=True)
-class NextSpend:
-    """What the next run's delivering certification would spend on its seed set."""
-
-    seed_set: SeedSet
-    set_hash: str
-    seeds: tuple[str, ...]
-    use: HoldoutUse | None  # what the set served so far (None: nothing)
-    rule: SpendingRule
-    claim: str
-
-    @property
-    def spent(self) -> float:
-        return self.use.spent if self.use else 0.0
-
-    @property
-    def refused(self) -> str | None:
-        """Why no further delivering certification may run on the set (None: it may)."""
-        try:
-            self.rule.level(self.spent)
-        except HoldoutSpent as ex:
-            return (
-                f"{ex}. Fix: certify on a fresh held-out set: add new seeds under the measurement's "
-                f"{prepare.SEED_FOLDERS['heldout']}/ (or replace them), re-freeze it (`python prepare.py --write`) "
-                "and revise the contract to the new measurement (a new contract), or raise "
-                "certification.project_certifications only if the project alpha allows it"
-            )
-        return None
-
-    def describe(self) -> str:
-        served = self.use.certifications if self.use else 0
-        head = (
-            f"{self.seed_set} seed set {self.set_hash[:12]} ({len(self.seeds)} seeds): {served} certification(s) served"
-        )
-        if not self.rule.bounded:
-            return (
-                f"{head}, {self.spent:.4g} error spent; no project budget: the next certifies at "
-                f"alpha_certify {self.rule.step:g}, a guarantee per run"
-            )
-        remaining = self.rule.remaining(self.spent)
-        spent = f"{head}, {self.spent:.4g} of project alpha {self.rule.project_alpha:g} spent"
-        if self.refused:
-            return f"{spent}; no certification remains"
-        return f"{spent}; the next spends {self.rule.step:.4g}, {remaining} certification(s) remain including it"
-
-
-def seed_set_of(contract: Contract, measure: MeasureContext) -> tuple[SeedSet, str, tuple[str, ...]]:
-    """The seed set a run's certification uses: its kind, its identity and its seed ids."""
-    kind = measure.certify_on
-    files = prepare.read_manifest(measure.measurement_root).files
-    return kind, set_hash(files, kind), measure.seeds_for(kind)
-
-
-def next_spend(contract: Contract, measure: MeasureContext, root: Path) -> NextSpend:
-    kind, digest, seeds = seed_set_of(contract, measure)
-    use = holdout_uses(holdout_records(root)).get(digest)
-    return NextSpend(kind, digest, seeds, use, rule_for(contract), contract.certification.claim)
 
 
 def reserve(rc: RunContext, arm: ArmState) -> float | str:
