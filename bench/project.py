@@ -6,7 +6,7 @@ and certification, audits computed in-process) up to R times in one project fold
 certification is spent in the project's holdout ledger as `sil run`'s are. Run i starts from
 the champion the last run delivered (the starting policy if none was), with a new candidate
 stream (its run seed). With the project budget (`certification.project_alpha`), the user stops
-when `sil check` would refuse the next run (`sil.run.holdout.next_spend`).
+when `sil check` would refuse the next run (`sil.exec.holdoutcheck.next_spend`).
 
 Per design (budget none | project, claim heldout | fresh) and per R = 1..--revisions:
 P(some champion delivered by the first R runs is worse than its run's start on the target, or
@@ -93,6 +93,10 @@ def design_contract(loaded: LoadedContract, budget: str, claim: str, args: argpa
     cert = {"claim": claim, "project_alpha": args.project_alpha if budget == "project" else None}
     cert["project_certifications"] = args.certifications
     fields = {**c.budget.model_dump(), "certify_random": False}
+    if args.gate_audits is not None:
+        fields["arm_audits"] = {**fields["arm_audits"], "gate": args.gate_audits}
+    if args.certify_rounds is not None:
+        fields["certify_rounds"] = args.certify_rounds
     return revalidated(loaded, {"certification": cert, "budget": fields, "arms": ["never", "gate"]})
 
 
@@ -179,7 +183,8 @@ def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n
         f"every run starting from the last delivered champion with a new candidate stream. Project budget: "
         f"`project_alpha` {args.project_alpha} over {args.certifications} delivering certifications "
         f"({args.project_alpha / args.certifications:g} each); without it every run certifies at "
-        f"`alpha_certify`. Fresh seeds: {args.fresh_seeds} seeds of the world no run audited. Worse: the "
+        f"`alpha_certify`. Per run: the gate arm's audits {args.gate_audits or 'as the contract'}, certification "
+        f"rounds {args.certify_rounds or 'as the contract'}. Fresh seeds: {args.fresh_seeds} seeds of the world no run audited. Worse: the "
         "delivered champion is worse than its run's start on the target, or beyond the harm tolerance on a "
         "critical dimension. These are figures about the simulated world, not about any model.\n\n" + head + body
     )
@@ -194,6 +199,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--project-alpha", type=float, default=0.05)
     ap.add_argument("--certifications", type=int, default=10, help="delivering certifications per held-out set")
     ap.add_argument("--fresh-seeds", type=int, default=200, help="seeds never audited, for the fresh-seed truth")
+    ap.add_argument(
+        "--gate-audits", type=int, default=None, help="the gate arm's audits per run (default: the contract's)"
+    )
+    ap.add_argument("--certify-rounds", type=int, default=None, help="certification rounds (default: the contract's)")
     ap.add_argument("--designs", default=",".join(f"{b}:{c}" for b, c in DESIGNS))
     return ap.parse_args(argv)
 

@@ -615,19 +615,23 @@ def make_certify_gate(
 def for_fresh_seeds(gate: SequentialPairedGate, rounds: Sequence[RoundStat]) -> SequentialPairedGate:
     """The certification as a claim about seeds never used: each leg's mean over the rounds' seeds
     is read as an estimate of the mean over all seeds, so the variance of sampling the seeds
-    (`seed_sampling_var`) is added to the round noise at every look. The added term is the same at
-    every look, so the looks' statistics correlate more than the boundaries assume, which only
-    lowers the chance of crossing a boundary under the null (Slepian 1962): the level holds."""
+    (`seed_sampling_var`, widened for the few seeds it is estimated from) is added to the round
+    noise at every look. The added term is the same at every look, so the looks' statistics
+    correlate more than the boundaries assume, which only lowers the chance of crossing a boundary
+    under the null (Slepian 1962): the level holds."""
     legs = tuple(replace(leg, seed_var=seed_sampling_var(leg, rounds)) for leg in gate.legs)
     return replace(gate, legs=legs)
 
 
 def seed_sampling_var(leg: Leg, rounds: Sequence[RoundStat]) -> float:
     """Between-seed variance of each seed's mean difference over `rounds` (the leg's weighted
-    sum), over the number of seeds: the variance of the seeds' mean from drawing the seeds. It
-    holds each seed's audit noise too, which the round noise counts already (conservative).
-    Infinite without per-seed data for at least two seeds: then nothing can be claimed."""
+    sum), over the number of seeds S: the variance of the seeds' mean from drawing the seeds. It
+    holds each seed's audit noise too, which the round noise counts already (conservative). It is
+    estimated from S seeds, so it is widened by (t_{S-1} / z)^2 at the leg's level: a z boundary
+    then acts as the t test on S - 1 degrees of freedom would. Infinite without per-seed data for
+    at least two seeds: then nothing can be claimed."""
     import numpy as np
+    from scipy import stats
 
     rows = []
     for r in rounds:
@@ -644,7 +648,8 @@ def seed_sampling_var(leg: Leg, rounds: Sequence[RoundStat]) -> float:
     if scored.sum() < 2:
         return math.inf
     means = np.nanmean(table[:, scored], axis=0)
-    return float(means.var(ddof=1) / len(means))
+    few = (stats.t.ppf(1 - leg.alpha, len(means) - 1) / stats.norm.ppf(1 - leg.alpha)) ** 2
+    return float(few * means.var(ddof=1) / len(means))
 
 
 def _guarantee_leg(promotion: Promotion, leg: Leg, level: float) -> Leg:
