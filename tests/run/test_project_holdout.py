@@ -41,20 +41,21 @@ def test_a_held_out_set_counts_its_certifications_and_refuses_past_its_budget(tm
         result = invoke("run", "--run-id", run)
         assert result.exit_code == 0, result.output
     # the summary line says whose error the certification spent and what it claims
-    assert "at 0.025 of the project's α=0.05 on this seed set" in result.output, result.output
-    assert "a claim about the held-out seeds themselves (fresh audits)" in result.output
+    summary = " ".join(result.output.split())  # the console wraps long lines
+    assert "at 0.025 of the project's α=0.05 on this seed set" in summary, summary
+    assert "a claim about the held-out seeds themselves (fresh audits)" in summary, summary
     uses = list(holdout_uses(holdout_records(root)).values())
     assert len(uses) == 1 and uses[0].runs == ["p1", "p2"]
     assert (uses[0].certifications, uses[0].delivering) == (4, 2), "both arms' champions must have changed"
     assert uses[0].spent == pytest.approx(0.05)
     assert verify_holdout(root).ok
-    listing = invoke("runs").output
+    listing = " ".join(invoke("runs").output.split())
     assert "4 certification(s) (2 delivering" in listing and "error spent 0.05 of project alpha 0.05" in listing
     assert "4 certification(s)" in invoke("status", "p2").output
     assert invoke("project", "holdout").exit_code == 0
     refused = invoke("check")
     assert refused.exit_code == ExitCode.REFUSED
-    text = refused.output
+    text = " ".join(refused.output.split())
     assert "no certification remains" in text and "fresh held-out set" in text and "new contract" in text, text
     started = invoke("run", "--run-id", "p3")
     assert started.exit_code == ExitCode.REFUSED and not (root / "state" / "runs" / "p3").exists()
