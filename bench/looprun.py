@@ -87,13 +87,27 @@ class SimInProcess:
 class LoopRun:
     """One run of the product's loop on a bench world, in a temporary project folder."""
 
-    def __init__(self, loaded: LoadedContract, on_event: Callable[[Update], None] | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedContract,
+        on_event: Callable[[Update], None] | None = None,
+        *,
+        project: Path | None = None,
+        run_id: str = "bench",
+        policy_dir: Path = POLICIES,
+    ) -> None:
+        """A run in a temporary project folder, or (`project`) the next run `run_id` of a project
+        folder the caller keeps (its refs, holdout ledger included, are shared by its runs), starting
+        from `policy_dir`."""
         self.loaded = loaded
         self.on_event = on_event or (lambda _line: None)
-        self.root = Path(tempfile.mkdtemp(prefix="sil-bench-", dir=SCRATCH if SCRATCH.is_dir() else None))
+        self.owned = project is None
+        self.root = project or Path(tempfile.mkdtemp(prefix="sil-bench-", dir=SCRATCH if SCRATCH.is_dir() else None))
+        self.run_id, self.policy_dir = run_id, policy_dir
         seeds = loaded.contract.measurement.seed_library
-        (self.root / seeds).parent.mkdir(parents=True, exist_ok=True)
-        (self.root / seeds).symlink_to(ROOT / seeds)
+        if not (self.root / seeds).exists():
+            (self.root / seeds).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / seeds).symlink_to(ROOT / seeds)
         self.rc = self.open()
 
     def open(self) -> RunContext:
@@ -104,8 +118,8 @@ class LoopRun:
 
         cfg = RunConfig(
             repo_root=self.root,
-            run_dir=self.root / "state" / "runs" / "bench",
-            policy_dir=POLICIES,
+            run_dir=self.root / "state" / "runs" / self.run_id,
+            policy_dir=self.policy_dir,
             on_event=self.on_event,
             execute=execute,
         )
@@ -132,7 +146,8 @@ class LoopRun:
         return self.documents(cert.policy_set) if cert else self.delivered(arm)
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.owned:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> LoopRun:
         return self

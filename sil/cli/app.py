@@ -507,7 +507,26 @@ def promote(
 
 
 project_app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False, context_settings=HELP_NAMES)
-app.add_typer(project_app, name="project", help="The project's id (refs/sil/project), which every run names.")
+app.add_typer(
+    project_app,
+    name="project",
+    help="The project's id (refs/sil/project), which every run names, and its holdout ledger (refs/sil/_holdout).",
+)
+
+
+@project_app.command("holdout")
+def project_holdout() -> None:
+    """Verify the project holdout ledger and show what each seed set served: certifications, error spent."""
+    from sil.integrity.holdout import verify_holdout
+    from sil.review.holdoutview import holdout_lines
+
+    root = Path.cwd()
+    report = verify_holdout(root)
+    for line in holdout_lines(root):
+        out.print(escape(line), highlight=False)
+    if not report.ok:
+        _fail(f"the project holdout ledger does not verify: {'; '.join(report.errors)}", ExitCode.FAILED)
+    out.print(f"ok: {report.records} records; checked {', '.join(report.checked) or 'nothing yet'}")
 
 
 @project_app.command("adopt")
@@ -655,6 +674,15 @@ def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
         out.print("no runs yet under state/runs; start one with `sil run`")
         return
     out.print(_runs_table(rows))
+    _print_holdout(Path.cwd())
+
+
+def _print_holdout(root: Path) -> None:
+    """What each seed set has served the project's certifications (the project holdout ledger)."""
+    from sil.review.holdoutview import holdout_lines
+
+    for line in holdout_lines(root):
+        out.print(escape(line), highlight=False)
 
 
 def _runs_table(rows: list[RunOverview]) -> Table:
@@ -701,6 +729,7 @@ def status(
         return
     for line in status_lines(st):
         out.print(escape(line), highlight=False)
+    _print_holdout(Path.cwd())
 
 
 @app.command()

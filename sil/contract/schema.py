@@ -242,6 +242,22 @@ class Budget(_Strict):
         return self
 
 
+class Certification(_Strict):
+    """What a certification claims and how a project spends its error on one held-out set
+    (sil/stats/holdout.py; docs/statistics.md §3, "A project, not a run")."""
+
+    # The project's alpha on one held-out set: P(any champion delivered on it is worse than its
+    # start or beyond tolerance) <= project_alpha over every run, however the user revises
+    # between runs; each delivering certification runs at project_alpha / project_certifications.
+    # None: each run's own guarantee at promotion.alpha_certify, and no limit on the set's use.
+    project_alpha: Annotated[float, Field(gt=0, lt=1)] | None = None
+    project_certifications: Annotated[int, Field(ge=1, le=1000)] = 10
+    # heldout: the claim is about the held-out seeds themselves (fresh audits each time);
+    # fresh: about seeds the project never used (the held-out seeds are a sample of seeds, and
+    # the between-seed spread of the effect enters the test's variance).
+    claim: Literal["heldout", "fresh"] = "heldout"
+
+
 DEFAULT_HARM_TOLERANCE = 0.3  # points: a critical regression larger than this is harm
 # promotion fields added after contracts were approved: left out of the hash at their default
 NEW_PROMOTION_FIELDS = ("error_design", "alpha_search")
@@ -442,6 +458,7 @@ class Contract(_Strict):
     backend_settings: dict[str, JsonValue] | None = None
     mutator: MutatorSettings = MutatorSettings()
     executor: Executor = Executor()
+    certification: Certification = Certification()
     # Every role runs offline or on this machine: each non-offline role names a loopback
     # base_url (127.0.0.1 or ::1). Such a role may omit its price ($0), and a contract whose
     # roles are all offline or local needs no signed approval.
@@ -501,6 +518,17 @@ class Contract(_Strict):
             raise ValueError(
                 "promotion.error_design two_stage needs budget.certify_rounds >= 1: the final "
                 "certification carries its guarantee (or use error_design: fwer)"
+            )
+        if self.certification.project_alpha is not None and self.promotion.error_design != "two_stage":
+            raise ValueError(
+                "certification.project_alpha spends the certification's level, which carries the guarantee "
+                "only under promotion.error_design two_stage (fwer tests critical legs at alpha_noninferiority): "
+                "set error_design: two_stage, or leave project_alpha unset"
+            )
+        if self.certification.claim == "fresh" and self.measurement.certify_on == "search":
+            raise ValueError(
+                "certification.claim fresh needs held-out seeds (seeds the search never audited): "
+                "set measurement.certify_on to heldout or auto, or use claim: heldout"
             )
         if "gate" in self.arms and "never" not in self.arms:
             raise ValueError("the gate arm needs the never arm: it calibrates the noise floor")
@@ -617,6 +645,8 @@ class Contract(_Strict):
         for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
             if data["promotion"][key] == Promotion.model_fields[key].default:
                 del data["promotion"][key]
+        if self.certification == Certification():  # and those written before the project budget
+            del data["certification"]
         if not self.local:  # and those written before local models had their own fields
             del data["local"]
         data["models"] = {r: getattr(self.models, r).hash_dump() for r in ROLE_NAMES}

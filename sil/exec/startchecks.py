@@ -26,6 +26,7 @@ from sil.exec import rayexec
 from sil.exec.auditcount import PlanCounts, plan_counts
 from sil.exec.backends import make_backend
 from sil.exec.checkitem import CheckItem
+from sil.exec.holdoutcheck import holdout_check
 from sil.policies.store import read_policy_dir
 from sil_policy import PolicyError
 
@@ -337,6 +338,7 @@ def start_checks(loaded: LoadedContract, root: Path) -> CheckReport:
         _budget(c, root),
         *_crn(c),
         *_approval(c, root),
+        holdout_check(loaded, root),
     ]
     return CheckReport(items=items)
 

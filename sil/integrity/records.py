@@ -439,6 +439,34 @@ class StopRecord(Payload):
     elapsed_s: float
 
 
+class HoldoutSpendRecord(Payload):
+    """Project holdout ledger: a certification is about to run on a seed set, at this level."""
+
+    seed_set: SeedSet  # which of the measurement's seed sets (held-out, or search when certify_on says)
+    set_hash: str  # sha256 of the set's manifest entries: the same seeds, the same hash
+    seeds: list[str]
+    run_id: str
+    contract_id: str
+    contract_hash: str
+    arm: str
+    policy_set: str  # the champion certified
+    against: str  # the run's starting policy
+    level: float  # the certification's level
+    delivers: bool  # the gate arm's champion is delivered; the random arm's never is (it spends nothing)
+    claim: Literal["heldout", "fresh"]
+    project_alpha: float | None  # None: the run's own guarantee, no project budget
+
+
+class HoldoutResultRecord(Payload):
+    """Project holdout ledger: what a certification concluded."""
+
+    run_id: str
+    arm: str
+    policy_set: str
+    certified: bool
+    reason: str
+
+
 # record type -> payload model; the ledger refuses any other type
 RECORD_MODELS: dict[str, type[Payload]] = {
     "contract": RunRecord,
@@ -467,6 +495,8 @@ RECORD_MODELS: dict[str, type[Payload]] = {
     "effect": EffectRecord,
     "stop": StopRecord,
     "segment": SegmentRecord,
+    "holdout_spend": HoldoutSpendRecord,  # the project holdout ledger's (sil/integrity/holdout.py)
+    "holdout_result": HoldoutResultRecord,
 }
 RECORD_TYPES = frozenset(RECORD_MODELS)
 

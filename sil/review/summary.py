@@ -93,6 +93,9 @@ class Summary(BaseModel):
     alpha_search: float | None = None  # two-stage: the search stage's level per confirmation
     alpha_certify: float | None = None
     random_certified: bool = False  # budget.certify_random: the random arm faced the gate's certification
+    claim: str = "heldout"  # certification.claim: about the certification's seeds, or seeds never used
+    project_alpha: float | None = None  # certification.project_alpha (None: a guarantee per run)
+    certify_level: float | None = None  # the level the gate champion's certification ran at
     # per surface where a pair's arms differ, how many audits showed its use (sil/exec/useproof.py)
     use: dict[str, int] = {}
 
@@ -230,8 +233,17 @@ def build_summary(
         alpha_search=contract.promotion.alpha_search,
         alpha_certify=contract.promotion.alpha_certify,
         random_certified=contract.budget.certify_random and contract.budget.certify_rounds > 0,
+        claim=contract.certification.claim,
+        project_alpha=contract.certification.project_alpha,
+        certify_level=_certify_level(records),
         use=use_counts(records),
     )
+
+
+def _certify_level(records: list[Record]) -> float | None:
+    """The level of the gate champion's certification, as its decision recorded it."""
+    cert = next((r.payload for r in records if r.type == "certify" and r.payload["arm"] == "gate"), None)
+    return None if cert is None or cert.get("decision") is None else cert["decision"]["alpha"]
 
 
 def _fmt(x: float | None, nd: int = 3) -> str:
@@ -368,9 +380,24 @@ def error_words(s: Summary) -> str:
     if s.error_design == "two_stage":
         return (
             f"two-stage — {s.confirmations} search confirmations at α_search={s.alpha_search} each "
-            f"(search steps); the guarantee is the certification's, at α_certify={s.alpha_certify}"
+            f"(search steps); the guarantee is the certification's, {guarantee_words(s)}"
         )
     return f"{s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
+
+
+CLAIM_WORDS = {
+    "heldout": "a claim about the held-out seeds themselves (fresh audits)",
+    "fresh": "a claim about seeds the project never used (the held-out seeds read as a sample)",
+}
+
+
+def guarantee_words(s: Summary) -> str:
+    """The certification's level, whose error it is (the run's or the project's), and its claim."""
+    claim = CLAIM_WORDS.get(s.claim, s.claim)
+    if s.project_alpha is None:
+        return f"at α_certify={s.alpha_certify}, per run; {claim}"
+    level = "" if s.certify_level is None else f"at {s.certify_level:.4g} "
+    return f"{level}of the project's α={s.project_alpha} on this seed set (`sil runs`); {claim}"
 
 
 def error_line(s: Summary) -> str:

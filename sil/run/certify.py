@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from sil.contract.prepare import SeedSet
 from sil.integrity.records import CertifyLeg, CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
 from sil.run.context import RunContext
+from sil.run.holdout import record_result, reserve
 from sil.run.proposing import NOTHING_LEFT
 from sil.stats import fitness
 from sil.stats.gate import GateDecision
-from sil.stats.judges import certify, seed_count_scale
+from sil.stats.judges import Claim, certify, seed_count_scale
 from sil.store.events import CertificationStopped, RolledBack
 from sil.store.runstate import ArmState, RoundKind
 
@@ -40,6 +41,8 @@ class FinalPlan:
     certifying: bool
     seed_set: SeedSet = "search"
     search_check: bool = False  # the search-seed check of a champion certified on held-out seeds
+    alpha: float | None = None  # the certification's level (None: alpha_certify)
+    claim: Claim = "heldout"  # about the rounds' seeds, or about seeds never used
 
     @property
     def kind(self) -> RoundKind:
@@ -63,8 +66,13 @@ def final_phase(rc: RunContext) -> None:
         if not certifies(rc, name):
             final_rounds(rc, arm, FinalPlan(budget.final_check_rounds, certifying=False))
             continue
-        seed_set = rc.measure.certify_on
-        decision = final_rounds(rc, arm, FinalPlan(certify_looks(rc, arm), certifying=True, seed_set=seed_set))
+        level = reserve(rc, arm)  # spent in the project holdout ledger before the first round
+        if isinstance(level, str):
+            conclude(rc, arm, None, refused=level)
+            continue
+        seed_set, claim = rc.measure.certify_on, rc.contract.certification.claim
+        plan = FinalPlan(certify_looks(rc, arm), certifying=True, seed_set=seed_set, alpha=level, claim=claim)
+        decision = final_rounds(rc, arm, plan)
         if seed_set == "heldout":  # after the certification, so it never eats the certification's audits
             final_rounds(rc, arm, FinalPlan(budget.final_check_rounds, certifying=False, search_check=True))
         conclude(rc, arm, decision)
@@ -97,10 +105,12 @@ def final_rounds(rc: RunContext, arm: ArmState, plan: FinalPlan) -> GateDecision
     """Paired rounds champion vs origin; when certifying, until the certification decides."""
     done = plan.rounds(arm)
     scale = sigma_scale(rc, plan.seed_set)
+
     # resumed with rounds already run: the certification's decision so far, never a spare round
-    decision = (
-        certify(rc.promotion, rc.state.shared.pool, done, plan.looks, scale) if plan.certifying and done else None
-    )
+    def judged() -> GateDecision:
+        return certify(rc.promotion, rc.state.shared.pool, done, plan.looks, scale, alpha=plan.alpha, claim=plan.claim)
+
+    decision = judged() if plan.certifying and done else None
     while len(done) < plan.looks and (decision is None or decision.verdict == "continue"):
         label = rc.rounds.next_label(plan.prefix(arm))
         if not rc.rounds.resuming(label) and (why := rc.rounds.budget_left(None, 2)):
@@ -110,7 +120,7 @@ def final_rounds(rc: RunContext, arm: ArmState, plan: FinalPlan) -> GateDecision
         if stat is not None:
             done.append(stat)
             if plan.certifying:
-                decision = certify(rc.promotion, rc.state.shared.pool, done, plan.looks, scale)
+                decision = judged()
             rc.book.once(
                 Keys.round(label),
                 RoundRecord(
@@ -158,12 +168,15 @@ def search_effects(rc: RunContext, arm: ArmState) -> dict[str, tuple[float, floa
     return out
 
 
-def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> None:
-    """A champion that is not certified is rolled back to the starting policy."""
+def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None, refused: str | None = None) -> None:
+    """A champion that is not certified is rolled back to the starting policy. `refused`: the
+    certification could not run (its seed set's project budget is spent), and says why."""
     champion, origin = arm.champion, rc.state.origin
     key = Keys.certify(arm.arm, champion.set_id)
     certified = decision is not None and decision.verdict == "keep"
     seed_set = rc.measure.certify_on
+    unfinished = refused or "the budget ran out before the certification decided"
+    reason = decision.reason if decision is not None else unfinished
     rc.book.once(
         key,
         CertifyRecord(
@@ -174,7 +187,7 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> No
             rounds=len(arm.final_rounds),
             looks=certify_looks(rc, arm),
             decision=decision,
-            reason=decision.reason if decision is not None else "the budget ran out before the certification decided",
+            reason=reason,
             legs=certify_legs(arm.final_rounds, decision),
             seed_set=seed_set,
             seeds=len(rc.measure.seeds_for(seed_set)),
@@ -183,14 +196,16 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None) -> No
             search_effect=search_effects(rc, arm),
         ),
     )
+    if refused is None:
+        record_result(rc, arm.arm, champion.set_id, certified, reason)
     if certified:
         arm.stop_reason = f"{arm.stop_reason}; champion certified on the {SEED_SET_NAMES[seed_set]} seeds"
         rc.save()
         return
-    demote(rc, arm, key, decision)
+    demote(rc, arm, key, decision, refused)
 
 
-def demote(rc: RunContext, arm: ArmState, key: str, decision: GateDecision | None) -> None:
+def demote(rc: RunContext, arm: ArmState, key: str, decision: GateDecision | None, refused: str | None = None) -> None:
     """Roll the arm's champion back to the starting policy (files, champion ref, state)."""
     champion, origin = arm.champion, rc.state.origin
     rc.book.once(Keys.intent("demote", key), IntentRecord(action="demote", key=key, arm=arm.arm))
@@ -203,7 +218,7 @@ def demote(rc: RunContext, arm: ArmState, key: str, decision: GateDecision | Non
         arm.champion_commit = origin_commit
     arm.champion = origin
     arm.stop_reason = f"{arm.stop_reason}; champion failed certification, rolled back"
-    why = "not certified" if decision is not None else "the budget ran out before the certification decided"
+    why = "not certified" if decision is not None else refused or "the budget ran out before the certification decided"
     rc.book.once(
         key,
         DemoteRecord(

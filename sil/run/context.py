@@ -35,6 +35,12 @@ class RunContext:
     refs: RunRefs
     backend: AuditBackend
     measure: MeasureContext
+    project_root: Path | None = None  # None: the folder that holds state/runs/<run>
+
+    @property
+    def root(self) -> Path:
+        """The project's folder: where its refs (and its holdout ledger) live."""
+        return self.project_root or self.run_dir.parents[2]
 
     @property
     def note(self) -> str:

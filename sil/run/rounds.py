@@ -303,12 +303,11 @@ class RoundRunner:
             )
             note_gap(self.journal.state, arm, self.ctx.contract.stop.max_consecutive_gaps, a.gap_reason or b.gap_reason)
             return None
-        stat = fitness.paired_round_for(
-            self.ctx.matrix(a.scores, seed_set),
-            self.ctx.matrix(b.scores, seed_set),
-            self.ctx.dimensions,
-            self.ctx.contract.promotion,
-        )
+        cand_scores, champ_scores = self.ctx.matrix(a.scores, seed_set), self.ctx.matrix(b.scores, seed_set)
+        stat = fitness.paired_round_for(cand_scores, champ_scores, self.ctx.dimensions, self.ctx.contract.promotion)
+        if kind == "certify":  # a claim about seeds never used reads the effect's spread between seeds
+            seeds = fitness.seed_differences(cand_scores, champ_scores, self.ctx.dimensions)
+            stat = stat.model_copy(update={"seed_diff": seeds})
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
         return stat.labelled(label)

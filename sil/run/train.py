@@ -44,6 +44,7 @@ from sil.contract.schema import (
 )
 from sil.exec import measure
 from sil.exec.backends import make_backend
+from sil.exec.holdoutcheck import holdout_check
 from sil.exec.measure import MeasureContext
 from sil.exec.startchecks import run_refusals
 from sil.integrity.checkpoint import CheckpointError, anchor_repo, project_id, start_conflict, write_checkpoint
@@ -254,6 +255,7 @@ def open_run(loaded: LoadedContract, cfg: RunConfig, measurement_hash: str) -> R
         refs=RunRefs(cfg.policy_repo, cfg.run_dir.name, store),
         backend=backend,
         measure=measure_ctx,
+        project_root=cfg.repo_root,
     )
     rc.book.once(Keys.RUN, run_record(rc, cfg.trust, project))
     declared = rc.book.get("contract", Keys.RUN, RunRecord)
@@ -384,6 +386,8 @@ def unrefused_run_dir(loaded: LoadedContract, root: Path, run_id: str, err: Cons
         return None
     proposer = proposer_check(loaded)
     refusals = run_refusals(loaded, root) + ([proposer] if proposer.status == "fail" else [])
+    if not run_dir.exists() and (holdout := holdout_check(loaded, root)).status == "fail":
+        refusals.append(holdout)  # a resumed run keeps the certification it may already have spent
     for item in refusals:
         err.print(f"[bold red]refused:[/] {escape(item.detail)}")
     if refusals:

@@ -88,6 +88,9 @@ class RoundStat(BaseModel):
     level: dict[str, float | None] = {}  # champion mean, same seeds
     imputed: dict[str, int] = {}  # candidate-missing cells bounded (missing="bound"), per dim
     label: str = ""
+    # certification rounds only: each seed's difference, in the seed set's order (None: not scored
+    # in both), so a claim about seeds never used can measure the effect's spread between seeds
+    seed_diff: dict[str, list[float | None]] = {}
 
     def labelled(self, label: str) -> RoundStat:
         return self.model_copy(update={"label": label})
@@ -165,6 +168,14 @@ def paired_round(
     n_seeds = {dim: int(n[k]) for k, dim in enumerate(dims)}
     bounded = {dim: int(imputed[k]) for k, dim in enumerate(dims) if imputed[k]}
     return RoundStat(diff=diff, n_seeds=n_seeds, se=se, level=level, imputed=bounded)
+
+
+def seed_differences(candidate: np.ndarray, champion: np.ndarray, dims: Sequence[str]) -> dict[str, list[float | None]]:
+    """Per dimension, each seed's candidate - champion difference (None where either is unscored)."""
+    import numpy as np
+
+    d = np.asarray(candidate, dtype=float) - np.asarray(champion, dtype=float)
+    return {dim: [None if math.isnan(x) else float(x) for x in d[:, k]] for k, dim in enumerate(dims)}
 
 
 def _trimmed(dims: Sequence[str], trim: Mapping[str, float] | None) -> list[tuple[int, float]]:

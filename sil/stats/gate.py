@@ -236,6 +236,9 @@ class Leg:
     sigma: float | None
     df: int | None
     spending: Spending = "obf"
+    # Variance that sampling the seeds adds to the leg's mean (a claim about seeds never used):
+    # fixed once the seeds are, so it does not shrink with rounds (0: a claim about these seeds).
+    seed_var: float = 0.0
 
     def value(self, r: RoundStat) -> float | None:
         total = 0.0
@@ -321,7 +324,8 @@ def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = 
         total += x
         if sigma is not None and usable:
             n = len(xs)
-            stat = (total - n * leg.null) / (sigma * math.sqrt(n))
+            spread = sigma * math.sqrt(n) if not leg.seed_var else math.sqrt(sigma * sigma * n + n * n * leg.seed_var)
+            stat = (total - n * leg.null) / spread
             c = bounds[min(n, looks) - 1]
             if crossed_at is None and stat <= -c:
                 crossed_at = i
@@ -606,6 +610,46 @@ def make_certify_gate(
     if promotion.error_design == "two_stage":  # the guarantee's legs: target and critical only
         legs = tuple(_guarantee_leg(promotion, leg, level) for leg in legs if leg.kind != "auxiliary")
     return SequentialPairedGate(legs, rounds, level, rules=EarlyStops(enabled=False), stage="certify")
+
+
+def for_fresh_seeds(gate: SequentialPairedGate, rounds: Sequence[RoundStat]) -> SequentialPairedGate:
+    """The certification as a claim about seeds never used: each leg's mean over the rounds' seeds
+    is read as an estimate of the mean over all seeds, so the variance of sampling the seeds
+    (`seed_sampling_var`, widened for the few seeds it is estimated from) is added to the round
+    noise at every look. The added term is the same at every look, so the looks' statistics
+    correlate more than the boundaries assume, which only lowers the chance of crossing a boundary
+    under the null (Slepian 1962): the level holds."""
+    legs = tuple(replace(leg, seed_var=seed_sampling_var(leg, rounds)) for leg in gate.legs)
+    return replace(gate, legs=legs)
+
+
+def seed_sampling_var(leg: Leg, rounds: Sequence[RoundStat]) -> float:
+    """Between-seed variance of each seed's mean difference over `rounds` (the leg's weighted
+    sum), over the number of seeds S: the variance of the seeds' mean from drawing the seeds. It
+    holds each seed's audit noise too, which the round noise counts already (conservative). It is
+    estimated from S seeds, so it is widened by (t_{S-1} / z)^2 at the leg's level: a z boundary
+    then acts as the t test on S - 1 degrees of freedom would. Infinite without per-seed data for
+    at least two seeds: then nothing can be claimed."""
+    import numpy as np
+    from scipy import stats
+
+    rows = []
+    for r in rounds:
+        cols = [r.seed_diff.get(dim) for dim, _ in leg.weights]
+        if any(c is None for c in cols):
+            continue
+        values = [[np.nan if x is None else x for x in col] for col in cols if col is not None]
+        weights = np.array([w for _, w in leg.weights])
+        rows.append(weights @ np.array(values, dtype=float))
+    if not rows:
+        return math.inf
+    table = np.array(rows)
+    scored = ~np.isnan(table).all(axis=0)
+    if scored.sum() < 2:
+        return math.inf
+    means = np.nanmean(table[:, scored], axis=0)
+    few = (stats.t.ppf(1 - leg.alpha, len(means) - 1) / stats.norm.ppf(1 - leg.alpha)) ** 2
+    return float(few * means.var(ddof=1) / len(means))
 
 
 def _guarantee_leg(promotion: Promotion, leg: Leg, level: float) -> Leg:

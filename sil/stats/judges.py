@@ -26,12 +26,21 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from sil.contract.schema import Promotion
 from sil.stats.fitness import NoiseEstimate, NoisePool, RoundStat
-from sil.stats.gate import Ending, ErrorBudget, GateDecision, expected_confirmations, make_certify_gate, make_gate
+from sil.stats.gate import (
+    Ending,
+    ErrorBudget,
+    GateDecision,
+    expected_confirmations,
+    for_fresh_seeds,
+    make_certify_gate,
+    make_gate,
+)
 
 RANDOM_ACCEPT_P = 0.5
 COIN_STREAM = 99  # the coin's rng stream, apart from the proposer's
 Verdict = Literal["continue", "keep", "revert"]
 CandidateRoundKind = Literal["screen", "confirm", "random"]
+Claim = Literal["heldout", "fresh"]  # what a certification claims: these held-out seeds, or seeds never used
 
 
 class JudgeState(BaseModel):
@@ -212,10 +221,22 @@ class GateJudge:
 
 
 def certify(
-    promotion: Promotion, pool: NoisePool, rounds: list[RoundStat], looks: int, sigma_scale: float = 1.0
+    promotion: Promotion,
+    pool: NoisePool,
+    rounds: list[RoundStat],
+    looks: int,
+    sigma_scale: float = 1.0,
+    *,
+    alpha: float | None = None,
+    claim: Claim = "heldout",
 ) -> GateDecision:
-    """The champion-vs-start certification after `rounds` (at most `looks` of them)."""
-    return make_certify_gate(promotion, pool.estimate(), looks, sigma_scale=sigma_scale).confirm(rounds)
+    """The champion-vs-start certification after `rounds` (at most `looks` of them), at `alpha`
+    (None: alpha_certify), claiming an effect on the rounds' seeds (heldout) or on seeds never
+    used (fresh: the seeds' sampling variance enters every leg)."""
+    gate = make_certify_gate(promotion, pool.estimate(), looks, alpha=alpha, sigma_scale=sigma_scale)
+    if claim == "fresh":
+        gate = for_fresh_seeds(gate, rounds)
+    return gate.confirm(rounds)
 
 
 def seed_count_scale(pool_seeds: int, round_seeds: int) -> float:

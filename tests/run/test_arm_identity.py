@@ -128,7 +128,7 @@ def test_a_certification_roll_back_moves_the_champion_ref_to_the_origin(small: P
     kept = git(small, "rev-parse", ref).strip()
     assert kept == arm.champion_commit
     revert = gates.GateDecision(verdict="revert", stage="certify", look=1, reason="t", legs=[], alpha=0.05)
-    monkeypatch.setattr(certify, "certify", lambda *a: revert)
+    monkeypatch.setattr(certify, "certify", lambda *a, **_: revert)
     certify.final_phase(rc)
     origin = rc.refs.origin_commit(rc.state.origin, rc.record_time("contract", "run"))
     assert git(small, "rev-parse", ref).strip() == origin != kept

@@ -218,7 +218,7 @@ def certified_run(root: Path, monkeypatch, certify_on: str | None = None):
     candidate = gate_champion_forced(rc)
     seen_scales = []
 
-    def keep_at_last_look(promotion, pool, rounds, looks, sigma_scale=1.0):
+    def keep_at_last_look(promotion, pool, rounds, looks, sigma_scale=1.0, **_level_and_claim):
         seen_scales.append(sigma_scale)
         verdict = "keep" if len(rounds) >= looks else "continue"
         return gates.GateDecision(verdict=verdict, stage="certify", look=len(rounds), reason="t", legs=[], alpha=0.05)
@@ -461,7 +461,7 @@ def test_resume_after_an_early_certification_runs_no_spare_round(tmp_path: Path,
     from sil.run import certify
     from sil.stats import gate as gates
 
-    def keep_at_two(promotion, pool, rounds, looks, sigma_scale=1.0):
+    def keep_at_two(promotion, pool, rounds, looks, sigma_scale=1.0, **_level_and_claim):
         verdict = "keep" if len(rounds) >= 2 else "continue"
         return gates.GateDecision(verdict=verdict, stage="certify", look=len(rounds), reason="t", legs=[], alpha=0.05)
 

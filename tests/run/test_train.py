@@ -263,7 +263,7 @@ def test_gate_champion_is_certified_or_rolled_back(small: Path, monkeypatch, cer
     rc = open_loop(small, "cert")
     candidate = gate_champion_forced(rc)
 
-    def fixed(promotion, pool, rounds, looks, sigma_scale=1.0):
+    def fixed(promotion, pool, rounds, looks, sigma_scale=1.0, **_level_and_claim):
         return gates.GateDecision(
             verdict="keep" if certified else "revert",
             stage="certify",

@@ -1,0 +1,253 @@
+"""A project, not a run: a simulated user who runs R times on one measurement, revising each time.
+
+Each simulated project draws a mechanisms world (per-seed hidden mechanisms: a policy's effect
+differs from seed to seed) and runs the product's own loop (`bench.looprun`, `sil run`'s phases
+and certification, audits computed in-process) up to R times in one project folder, so every
+certification is spent in the project's holdout ledger as `sil run`'s are. Run i starts from
+the champion the last run delivered (the starting policy if none was), with a new candidate
+stream (its run seed). With the project budget (`certification.project_alpha`), the user stops
+when `sil check` would refuse the next run (`sil.exec.holdoutcheck.next_spend`).
+
+Per design (budget none | project, claim heldout | fresh) and per R = 1..--revisions:
+P(some champion delivered by the first R runs is worse than its run's start on the target, or
+beyond the harm tolerance on a critical dimension) on seeds the project never audited
+(`p_any_worse_fresh_seeds`: the mean over --fresh-seeds new seeds of the world) and on the
+held-out seeds themselves (`p_any_worse_heldout`), and the target change delivered after R runs
+on fresh seeds (`final_target_fresh_seeds`, points, negative = better). Simulated figures.
+
+    python -m bench.project --runs N --revisions R --out DIR [--jobs J]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.looprun import POLICIES, SCRATCH, LoopRun
+from bench.metrics import provenance
+from bench.proposers import BenchWorld, finished, origin_documents, revalidated, world_contract
+from sil.contract import prepare
+from sil.contract.schema import LoadedContract, load_contract
+from sil.exec.holdoutcheck import next_spend
+from sil.exec.measure import MeasureContext
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACT = ROOT / "examples" / "program-mutator-offline.md"
+DESIGNS = (("none", "heldout"), ("none", "fresh"), ("project", "heldout"), ("project", "fresh"))
+RUN_SEED_STEP = 7919  # run i of a project draws its candidates from seed + i * step
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One run of a project: whether it delivered a change, and how that change truly does."""
+
+    delivered: bool
+    refused: bool  # `sil check` would have refused the run: the held-out set's budget is spent
+    worse_fresh: bool
+    worse_heldout: bool
+    target_fresh: float  # the project's delivered policy after this run minus the origin, fresh seeds
+
+
+class ProjectWorld(BenchWorld):
+    """The world's truth on the search seeds, the held-out seeds and `n_fresh` seeds never audited."""
+
+    def __init__(self, loaded: LoadedContract, n_fresh: int) -> None:
+        c = loaded.contract
+        root = ROOT / c.measurement.seed_library
+        search = [s.id for s in prepare.load_seeds(root)]
+        heldout = [s.id for s in prepare.load_heldout(root)]
+        fresh = [f"fresh-{i:04d}" for i in range(n_fresh)]
+        rubric = {d.name: d.tier for d in prepare.load_rubric(root)}
+        super().__init__(loaded, search + heldout + fresh, rubric, n_search=len(search))
+        self.promotion = c.promotion
+        self.heldout_rows = slice(len(search), len(search) + len(heldout))
+        self.fresh_rows = slice(len(search) + len(heldout), len(search) + len(heldout) + n_fresh)
+
+    def truth_on(self, docs: dict[str, dict[str, Any]], rows: slice) -> np.ndarray:
+        per_seed = self.world.expected_score_at(self.world._base + self.theta(docs))
+        mean: np.ndarray = per_seed[rows].mean(axis=0)
+        return mean
+
+    def worse(self, docs: dict[str, dict[str, Any]], start: dict[str, dict[str, Any]], rows: slice) -> bool:
+        """Worse than `start` on the target, or beyond a critical dimension's harm tolerance."""
+        change = self.truth_on(docs, rows) - self.truth_on(start, rows)
+        promo = self.promotion
+        beyond = any(change[self.dims.index(c)] > promo.tolerance(c) for c in self.critical)
+        return bool(change[self.dims.index(self.target)] > 0 or beyond)
+
+
+def design_contract(loaded: LoadedContract, budget: str, claim: str, args: argparse.Namespace) -> LoadedContract:
+    """The bench contract: the gate arm alone after the never arm, and the design's certification."""
+    c = loaded.contract
+    cert = {"claim": claim, "project_alpha": args.project_alpha if budget == "project" else None}
+    cert["project_certifications"] = args.certifications
+    fields = {**c.budget.model_dump(), "certify_random": False}
+    if args.gate_audits is not None:
+        fields["arm_audits"] = {**fields["arm_audits"], "gate": args.gate_audits}
+    if args.certify_rounds is not None:
+        fields["certify_rounds"] = args.certify_rounds
+    return revalidated(loaded, {"certification": cert, "budget": fields, "arms": ["never", "gate"]})
+
+
+def one_project(task: tuple[str, str, int, int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One simulated project of `revisions` runs: each run's delivery, scored on the truth."""
+    budget, claim, project, revisions, opts = task
+    args = argparse.Namespace(**opts)
+    base = world_contract(design_contract(load_contract(CONTRACT), budget, claim, args), project)
+    world = ProjectWorld(base, args.fresh_seeds)
+    origin = start = origin_documents()
+    folder = Path(tempfile.mkdtemp(prefix="sil-project-", dir=SCRATCH if SCRATCH.is_dir() else None))
+    start_dir, out = POLICIES, []
+    try:
+        for i in range(revisions):
+            loaded = revalidated(base, {"seed": base.contract.seed + i * RUN_SEED_STEP})
+            if refused(loaded, folder):
+                out.append(asdict(Delivery(False, True, False, False, _target(world, start, origin))))
+                continue
+            with LoopRun(loaded, project=folder, run_id=f"r{i:02d}", policy_dir=start_dir) as lr:
+                finished(lr)
+                gate = lr.rc.state.arms["gate"]
+                docs = lr.delivered("gate")
+                changed = gate.champion.set_id != lr.rc.state.origin.set_id
+                if changed:
+                    start_dir = folder / f"start-{i:02d}"
+                    shutil.copytree(lr.rc.store.set_dir(gate.champion), start_dir)
+            worse_fresh = changed and world.worse(docs, start, world.fresh_rows)
+            worse_heldout = changed and world.worse(docs, start, world.heldout_rows)
+            start = docs if changed else start
+            out.append(asdict(Delivery(changed, False, worse_fresh, worse_heldout, _target(world, start, origin))))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def _target(world: ProjectWorld, docs: dict[str, dict[str, Any]], origin: dict[str, dict[str, Any]]) -> float:
+    t = world.dims.index(world.target)
+    return float(world.truth_on(docs, world.fresh_rows)[t] - world.truth_on(origin, world.fresh_rows)[t])
+
+
+def refused(loaded: LoadedContract, folder: Path) -> bool:
+    """Whether `sil check` would refuse the next run: its held-out set's project budget is spent."""
+    if not (folder / loaded.contract.measurement.seed_library).exists():
+        return False
+    measure = MeasureContext.from_contract(loaded.contract, folder)
+    return next_spend(loaded.contract, measure, folder).refused is not None
+
+
+def rows_of(budget: str, claim: str, projects: list[list[dict[str, Any]]], revisions: int) -> list[dict[str, Any]]:
+    """Per R, the share of projects with some worse delivery in their first R runs, and the gain."""
+    rows = []
+    for r in range(1, revisions + 1):
+        first = [p[:r] for p in projects]
+        rows.append(
+            {
+                "budget": budget,
+                "claim": claim,
+                "revisions": r,
+                "p_any_worse_fresh_seeds": float(np.mean([any(d["worse_fresh"] for d in p) for p in first])),
+                "p_any_worse_heldout": float(np.mean([any(d["worse_heldout"] for d in p) for p in first])),
+                "final_target_fresh_seeds": float(np.mean([p[-1]["target_fresh"] for p in first])),
+                "deliveries_per_project": float(np.mean([sum(d["delivered"] for d in p) for p in first])),
+                "refused_per_project": float(np.mean([sum(d["refused"] for d in p) for p in first])),
+                "runs": len(projects),
+            }
+        )
+    return rows
+
+
+def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n: int) -> str:
+    head = (
+        "| budget | claim | R | P(any worse, fresh seeds) | P(any worse, held-out seeds) "
+        "| final target, fresh seeds | deliveries | refused runs | projects |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r['budget']} | {r['claim']} | {r['revisions']} | {r['p_any_worse_fresh_seeds']:.3f} "
+        f"| {r['p_any_worse_heldout']:.3f} | {r['final_target_fresh_seeds']:+.3f} | {r['deliveries_per_project']:.2f} "
+        f"| {r['refused_per_project']:.2f} | {r['runs']} |\n"
+        for r in rows
+    )
+    return (
+        f"# A project, not a run (simulated mechanisms world, `{CONTRACT.name}`)\n\n{prov}\n\n"
+        f"{n} simulated projects per design, each up to {args.revisions} runs on one measurement, "
+        f"every run starting from the last delivered champion with a new candidate stream. Project budget: "
+        f"`project_alpha` {args.project_alpha} over {args.certifications} delivering certifications "
+        f"({args.project_alpha / args.certifications:g} each); without it every run certifies at "
+        f"`alpha_certify`. Per run: the gate arm's audits {args.gate_audits or 'as the contract'}, certification "
+        f"rounds {args.certify_rounds or 'as the contract'}. Fresh seeds: {args.fresh_seeds} seeds of the world no run audited. Worse: the "
+        "delivered champion is worse than its run's start on the target, or beyond the harm tolerance on a "
+        "critical dimension. These are figures about the simulated world, not about any model.\n\n" + head + body
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.project", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=300, help="simulated projects per design")
+    ap.add_argument("--revisions", type=int, default=20, help="runs per project (R = 1..this)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--project-alpha", type=float, default=0.05)
+    ap.add_argument("--certifications", type=int, default=10, help="delivering certifications per held-out set")
+    ap.add_argument("--fresh-seeds", type=int, default=200, help="seeds never audited, for the fresh-seed truth")
+    ap.add_argument(
+        "--gate-audits", type=int, default=None, help="the gate arm's audits per run (default: the contract's)"
+    )
+    ap.add_argument("--certify-rounds", type=int, default=None, help="certification rounds (default: the contract's)")
+    ap.add_argument("--designs", default=",".join(f"{b}:{c}" for b, c in DESIGNS))
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every design's projects, interleaved so that all designs have the same count at any time;
+    the results files are rewritten after each round of projects (a stopped measurement keeps its
+    last complete round, and says its count)."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    args = parse_args(argv)
+    started = time.monotonic()
+    opts = {k: v for k, v in vars(args).items() if k != "out"}
+    designs = [tuple(d.split(":")) for d in args.designs.split(",")]
+    tasks = [(b, c, p, args.revisions, opts) for p in range(args.runs) for b, c in designs]
+    done: dict[tuple[str, ...], list[list[dict[str, Any]]]] = {d: [] for d in designs}
+    rows: list[dict[str, Any]] = []
+    with mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
+        for task, project in zip(tasks, pool.imap(one_project, tasks), strict=True):
+            done[(task[0], task[1])].append(project)
+            if all(len(p) == len(done[designs[0]]) for p in done.values()):
+                rows = [row for (b, c), ps in done.items() for row in rows_of(b, c, ps, args.revisions)]
+                write(args, argv, rows, len(done[designs[0]]), time.monotonic() - started)
+    return rows
+
+
+def write(args: argparse.Namespace, argv: list[str], rows: list[dict[str, Any]], n: int, seconds: float) -> None:
+    prov = provenance(["bench.project", *argv], f"{n} projects per design (of --runs {args.runs})", seconds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "project.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1) + "\n")
+    (args.out / "project.md").write_text(format_md(rows, args, prov, n))
+    print(f"{n} projects per design written after {seconds:.0f} s", flush=True)
+
+
+class _Serial:
+    """A pool of one: the tasks in this process (what --jobs 1 means)."""
+
+    def imap(self, fn: Any, tasks: Sequence[Any]) -> Any:
+        return map(fn, tasks)
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()

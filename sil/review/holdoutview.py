@@ -1,0 +1,38 @@
+"""What each seed set has served the project, in lines for `sil runs` and `sil status`.
+
+for line in holdout_lines(root): print(line)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sil.integrity.gitrefs import CheckpointError
+from sil.integrity.holdout import HoldoutUse, holdout_records, holdout_uses, verify_holdout
+from sil.integrity.ledger import LedgerError
+
+SET_NAMES = {"heldout": "held-out", "search": "search"}
+
+
+def holdout_lines(root: Path) -> list[str]:
+    """One line per seed set certifications ran on, and one if the ledger does not verify."""
+    try:
+        report = verify_holdout(root)
+        uses = holdout_uses(holdout_records(root)) if report.ok else {}
+    except (CheckpointError, LedgerError, ValueError) as ex:
+        return [f"project holdout ledger cannot be read: {ex}"]
+    lines = [describe_use(use) for use in uses.values()]
+    if not report.ok:
+        lines.append(f"project holdout ledger FAILS verification: {'; '.join(report.errors[:3])}")
+    return lines
+
+
+def describe_use(use: HoldoutUse) -> str:
+    """E.g. "held-out set 282cd6cd3b89 (6 seeds): 4 certifications (2 delivering, 0 certified) by 2 runs;
+    error spent 0.0333 of project alpha 0.05"."""
+    budget = f"of project alpha {use.budget:g}" if use.budget is not None else "(no project budget: per-run guarantees)"
+    return (
+        f"{SET_NAMES.get(use.seed_set, use.seed_set)} set {use.set_hash[:12]} ({len(use.seeds)} seeds): "
+        f"{use.certifications} certification(s) ({use.delivering} delivering, {use.certified} certified) "
+        f"by {len(use.runs)} run(s); error spent {use.spent:.4g} {budget}"
+    )
