@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sil.contract.schema import load_contract
 from sil.run.certify import certify_looks
@@ -109,3 +110,21 @@ def test_the_new_budget_fields_hash_only_when_set(workspace: Path) -> None:
         assert "certify_horizon" in str(ex) and "search" in str(ex)
     else:
         raise AssertionError("an unknown certify_horizon was accepted")
+
+
+@pytest.mark.slow  # a whole small run
+def test_a_whole_run_with_a_search_sized_horizon_completes_verifies_and_records_its_horizon(workspace: Path) -> None:
+    from sil.integrity import ledger
+    from sil.run.horizon import pool_audits
+    from tests.run.test_train import records, run_loop, shrink
+
+    root = shrink(workspace)
+    edit_contract(root / "program.md", "certify_rounds: 1", "certify_rounds: 8\n  certify_horizon: search")
+    edit_contract(root / "program.md", "max_audits: 44", "max_audits: 60")
+    rc = run_loop(root)
+    assert rc.state.phase == "done", rc.state.halt_reason
+    assert ledger.verify_file(rc.run_dir / "ledger.jsonl").ok
+    gate = rc.state.arms["gate"]
+    assert gate.audits <= pool_audits(rc.contract, "gate")
+    for cert in [r.payload for r in records(rc) if r.type == "certify" and r.payload["arm"] == "gate"]:
+        assert cert["looks"] == (pool_audits(rc.contract, "gate") - gate.audits) // 2
