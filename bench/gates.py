@@ -150,6 +150,8 @@ class Setup:
     promotion: Promotion
     methods: tuple[str, ...]
     certify_audits: int = CERTIFY_AUDITS  # reserved for the final certification (2 per round)
+    certify_horizon: str = "fixed"  # the contract's budget.certify_horizon: fixed, or sized by the search
+    certify_power: float = 0.8
     posterior_rule: tuple[float, float, int, float] | None = None  # None: POSTERIOR_RULES
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
@@ -182,7 +184,10 @@ def load_setup(
     except ValidationError as ex:
         raise SystemExit(f"invalid promotion override: {ex}") from None
     certify = 2 * c.budget.certify_rounds or CERTIFY_AUDITS
-    return Setup(sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify)
+    b = c.budget
+    return Setup(
+        sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify, b.certify_horizon, b.certify_power
+    )
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
@@ -226,21 +231,25 @@ def delivered_alpha(setup: Setup, cell: Cell, method: str) -> float | None:
     return None
 
 
+def loop_settings(setup: Setup, promo: Promotion, reserve: int) -> LoopGateSettings:
+    """The loop gate's settings: its promotion, its certification reserve and how it is sized."""
+    return LoopGateSettings(promo, reserve, setup.certify_horizon, setup.certify_power)
+
+
 def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedure, object]:
     if method == "loop_gate":
         promo = setup.cell_promotion(cell)
         # the two-stage design's guarantee is its certification: the loop always runs it
         reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
-        return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
+        return PROCEDURES["loop_gate"], loop_settings(setup, promo, reserve)
     if method == "loop_gate_elond":
         return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
     if method == "loop_gate_certified":
-        settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
-        return PROCEDURES["loop_gate"], settings
+        return PROCEDURES["loop_gate"], loop_settings(setup, setup.cell_promotion(cell), setup.certify_audits)
     if method in OVERRIDES:
         promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
         reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
-        return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
+        return PROCEDURES["loop_gate"], loop_settings(setup, promo, reserve)
     if method == "oracle_certified":
         return PROCEDURES[method], LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
     if method in POSTERIORS:
@@ -345,13 +354,17 @@ def acceptance(tables: dict[Cell, list[Row]], validity: Sequence[ValidityRow], a
     return lines
 
 
-def design_line(promo: Promotion, certify_audits: int) -> str:
+def design_line(promo: Promotion, certify_audits: int, horizon: str = "fixed", power: float = 0.8) -> str:
     """The loop gate's error design in one phrase."""
     if promo.error_design == "two_stage":
+        held = (
+            f"up to {certify_audits} audits held back, sized by the search for power {power}"
+            if horizon == "search"
+            else f"{certify_audits} audits reserved"
+        )
         return (
             f"two-stage design (search: each confirmation at alpha_search {promo.alpha_search}; "
-            f"certification of the delivered champion at alpha_certify {promo.alpha_certify}, "
-            f"{certify_audits} audits reserved)"
+            f"certification of the delivered champion at alpha_certify {promo.alpha_certify}, {held})"
         )
     return f"alpha_run {promo.alpha_run} ({promo.error_control})"
 
@@ -387,6 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the posterior references' decision rule (default, per reference: {POSTERIOR_RULES})",
     )
     ap.add_argument("--certify-rounds", type=int, help="certification rounds (default: the contract's, or 20)")
+    ap.add_argument(
+        "--certify-horizon",
+        choices=("fixed", "search"),
+        help="budget.certify_horizon: the whole reserve, or sized by the search (default: the contract's)",
+    )
+    ap.add_argument("--certify-power", type=float, help="budget.certify_power (default: the contract's)")
     ap.add_argument("--aux", action="store_true", help="add the contract's auxiliary dimensions")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--contract", type=Path, default=REPO / "program.md")
@@ -415,6 +434,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
     if args.certify_rounds is not None:
         setup = replace(setup, certify_audits=2 * args.certify_rounds)
+    if args.certify_horizon is not None:
+        setup = replace(setup, certify_horizon=args.certify_horizon)
+    if args.certify_power is not None:
+        setup = replace(setup, certify_power=args.certify_power)
     if args.posterior_rule is not None:
         keep_p, drop_p, rounds, slack = args.posterior_rule
         if not (0 <= drop_p < keep_p <= 1 and rounds >= 1 and rounds == int(rounds) and slack >= 0):
@@ -431,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = [
         f"# Gate benchmark (SIMULATED world; {runs} runs per cell{_from(args.first_run)}, seed {SEED})",
         f"dims: {', '.join(setup.dims)}; seeds per audit: {setup.n_seeds}; "
-        f"loop gate: {setup.promotion.gate}, {design_line(setup.promotion, setup.certify_audits)}, "
+        f"loop gate: {setup.promotion.gate}, {design_line(setup.promotion, setup.certify_audits, setup.certify_horizon, setup.certify_power)}, "
         f"K = {setup.promotion.replicate_k}, J_max = 24 * budget / 300",
         "",
     ]

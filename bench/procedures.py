@@ -32,6 +32,7 @@ from bench.simrun import SimRun
 from sil.contract.schema import Promotion
 from sil.stats.fitness import RoundStat, paired_round_for
 from sil.stats.gate import Ending
+from sil.stats.horizon import champion_effect, kept_on, reserved_looks
 from sil.stats.judges import ArmBudget, GateJudge, Judge, JudgeState, Outcome, Trial, certify
 
 BASELINE_AUDITS = 5
@@ -47,6 +48,10 @@ FIXED_K = 3
 class LoopGateSettings:
     promotion: Promotion
     certify_audits: int = 0  # reserve for the final champion-vs-start certification
+    # budget.certify_horizon: fixed = the reserve is held back whole; search = the search keeps
+    # back only what its champion needs for certify_power (sil/stats/horizon.py, as the loop does)
+    certify_horizon: str = "fixed"
+    certify_power: float = 0.8
 
 
 def audit_mean(y: np.ndarray) -> np.ndarray:
@@ -199,6 +204,7 @@ class ArmFeed:
     audits_left: Callable[[], int]
     audits_spent: Callable[[], int]
     decided: Callable[[int, Outcome], None]  # a verdict is final (a KEEP changes the champion)
+    closed: Callable[[Trial, Outcome, JudgeState], None] = lambda _t, _o, _s: None  # and accounted
 
 
 def drive_candidate_arm(
@@ -224,6 +230,7 @@ def drive_candidate_arm(
             budget = ArmBudget(audits_left=feed.audits_left(), audits_spent=feed.audits_spent())
             trial, outcome = judge.judge(trial, stat, shared, budget, index)
         shared = judge.close(trial, outcome.verdict, shared)
+        feed.closed(trial, outcome, shared)
         outcomes.append(outcome)
         feed.decided(index, outcome)
     return shared, outcomes
@@ -249,12 +256,39 @@ def run_loop_gate(run: SimRun, settings: LoopGateSettings) -> None:
         audits = run.used - started.get(index, run.used)
         run.decide(run.candidates[index], outcome.verdict == "keep", audits, ending_of(outcome))
 
-    feed = ArmFeed(measure, lambda: run.left() - reserve, lambda: run.used - calibration, decided)
+    held = HeldBack(settings, shared)
+    feed = ArmFeed(measure, lambda: run.left() - held.audits(), lambda: run.used - calibration, decided, held.closed)
     shared, _ = drive_candidate_arm(GateJudge(promo), shared, len(run.candidates), feed)
     run.notes["alpha_spent"] = shared.budget.spent
     run.notes["calibration_audits"] = calibration
     if reserve and shared.budget.keeps:
         certify_champion(run, promo, shared)
+
+
+class HeldBack:
+    """The audits the search keeps back for the certification: the whole reserve, or under
+    `certify_horizon: search` what the champion needs (the loop's sil/run/horizon.py rule, on
+    the live noise pool and the champion's effect as its KEEPs estimated it)."""
+
+    def __init__(self, settings: LoopGateSettings, shared: JudgeState) -> None:
+        self.settings = settings
+        self.effect: dict[str, float] | None = None  # None: the champion is still the start
+        self.held = self.size(shared)  # what it sizes changes only when a verdict is accounted
+
+    def audits(self) -> int:
+        return self.held
+
+    def size(self, shared: JudgeState) -> int:
+        s = self.settings
+        if s.certify_horizon != "search" or s.certify_audits < 2:
+            return s.certify_audits
+        noise = shared.pool.estimate() if shared.pool.n_pairs else None
+        return 2 * reserved_looks(s.promotion, noise, self.effect, s.certify_audits // 2, s.certify_power)
+
+    def closed(self, trial: Trial, outcome: Outcome, shared: JudgeState) -> None:
+        if outcome.verdict == "keep":
+            self.effect = champion_effect(self.effect or {}, kept_on(trial))
+        self.held = self.size(shared)
 
 
 def certify_champion(run: SimRun, promo: Promotion, shared: JudgeState) -> None:

@@ -376,15 +376,19 @@ def revalidated(loaded: LoadedContract, fields: dict[str, Any]) -> LoadedContrac
     return loaded.model_copy(update={"contract": type(c).model_validate({**c.model_dump(), **fields})})
 
 
+BUDGET_OVERRIDES = ("certify_rounds", "certify_horizon", "certify_power")  # --set fields of the budget
+
+
 def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> LoadedContract:
     """The contract with promotion fields replaced (validated, as the contract would be);
-    `certify_rounds` is the budget's field of that name."""
+    `certify_rounds`, `certify_horizon` and `certify_power` are the budget's fields of those names."""
     if not overrides:
         return loaded
     c, over = loaded.contract, dict(overrides)
     budget = c.budget.model_dump()
-    if "certify_rounds" in over:
-        budget["certify_rounds"] = over.pop("certify_rounds")
+    for key in BUDGET_OVERRIDES:
+        if key in over:
+            budget[key] = over.pop(key)
     promo = Promotion.model_validate({**c.promotion.model_dump(), **over})
     return revalidated(loaded, {"promotion": promo.model_dump(), "budget": budget})
 
@@ -682,10 +686,11 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
     from bench.gates import _overrides
 
     args = parse_args(argv)
-    cert = [x for x in args.set if x.startswith("certify_rounds=")]
+    cert = [x for x in args.set if x.partition("=")[0] in BUDGET_OVERRIDES]
     overrides = _overrides([x for x in args.set if x not in cert])
-    if cert:
-        overrides["certify_rounds"] = int(cert[-1].split("=", 1)[1])
+    for pair in cert:
+        key, _, value = pair.partition("=")
+        overrides[key] = value if key == "certify_horizon" else float(value) if key == "certify_power" else int(value)
     try:
         base = with_overrides(load_contract(args.contract), overrides)
     except Exception as ex:  # a bad override or contract: one line, exit 2

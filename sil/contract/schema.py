@@ -221,6 +221,11 @@ class Budget(_Strict):
     # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check. The
     # audits an arm leaves when its proposer runs dry add rounds to the horizon (sil/run/certify.py).
     certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
+    # fixed: the certification has certify_rounds rounds. search: a certified arm's search and its
+    # certification share arm_audits + 2 x certify_rounds; the search keeps back only the rounds
+    # its champion needs for certify_power, sized from the search's own estimates (sil/run/horizon.py).
+    certify_horizon: Literal["fixed", "search"] = "fixed"
+    certify_power: Annotated[float, Field(gt=0, lt=1)] = 0.8
     # Certify the random arm's champion too, by the same test: the coin flip then differs from
     # the gate arm only in its decision rule, a control under the same delivery rule.
     certify_random: bool = False
@@ -261,6 +266,7 @@ class Certification(_Strict):
 DEFAULT_HARM_TOLERANCE = 0.3  # points: a critical regression larger than this is harm
 # promotion fields added after contracts were approved: left out of the hash at their default
 NEW_PROMOTION_FIELDS = ("error_design", "alpha_search")
+NEW_BUDGET_FIELDS = ("certify_horizon", "certify_power")
 
 
 class Promotion(_Strict):
@@ -642,6 +648,9 @@ class Contract(_Strict):
             del data["runtime"]["waive_unprovable_use"]
         if not self.budget.certify_random:  # and those written before the random arm could be certified
             del data["budget"]["certify_random"]
+        for key in NEW_BUDGET_FIELDS:  # and those written before the certification could be sized
+            if data["budget"][key] == Budget.model_fields[key].default:
+                del data["budget"][key]
         for key in NEW_PROMOTION_FIELDS:  # and those written before the two-stage design existed
             if data["promotion"][key] == Promotion.model_fields[key].default:
                 del data["promotion"][key]

@@ -212,7 +212,7 @@ class CertifyRecord(Payload):
     against: str  # the policy set it was certified against (the run's starting policy)
     certified: bool
     rounds: int
-    looks: int | None = None  # the test's horizon: certify_rounds (+ a dry proposer's unspent audits // 2)
+    looks: int | None = None  # the horizon: certify_rounds (+ a dry proposer's unspent // 2), or sized by the search
     decision: GateDecision | None  # each leg's estimate, statistic and boundary at the last look
     reason: str = ""  # the decision in words (why certified or not)
     legs: list[CertifyLeg] = []

@@ -32,6 +32,7 @@ from sil.run.context import RunContext
 from sil.run.proposing import CandidateSource, record_effect
 from sil.search.proposers import Proposer, make_proposer
 from sil.stats.gate import Ending, should_promote
+from sil.stats.horizon import champion_effect, kept_on
 from sil.stats.judges import ArmBudget, Judge, Outcome, judge_for
 from sil.store.events import ArmFinished, CandidateProposed, LookTaken, NoiseCalibrated, VerdictReached
 from sil.store.runstate import ArmState, Pending
@@ -297,6 +298,7 @@ class CandidateArm:
         self.record_change(key, m, old, new, "promote" if keep else "revert", commit)
         if keep:
             arm.champion, arm.keeps = p.candidate, arm.keeps + 1
+            arm.champion_effect = champion_effect(arm.champion_effect, kept_on(p.trial))
         else:
             arm.reverts += 1
         arm.pending = None

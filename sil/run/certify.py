@@ -22,6 +22,7 @@ from sil.contract.prepare import SeedSet
 from sil.integrity.records import CertifyLeg, CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
 from sil.run.context import RunContext
 from sil.run.holdout import record_result, reserve
+from sil.run.horizon import pooled_looks, sized_by_search
 from sil.run.proposing import NOTHING_LEFT
 from sil.stats import fitness
 from sil.stats.gate import GateDecision
@@ -87,9 +88,12 @@ def certifies(rc: RunContext, arm: str) -> bool:
 def certify_looks(rc: RunContext, arm: ArmState) -> int:
     """The certification's horizon: `certify_rounds`, plus, when the arm's proposer ran dry, the
     rounds its unspent search audits pay for (an arm stopped by the wall-time or USD budget could
-    not pay for them). Set by the search alone, before the first certification round, so the
+    not pay for them); under `certify_horizon: search`, the rounds the arm's pool has left
+    (sil/run/horizon.py). Set by the search alone, before the first certification round, so the
     test never sizes itself on its own data."""
     budget = rc.contract.budget
+    if sized_by_search(rc.contract, arm.arm):
+        return pooled_looks(rc.contract, arm)
     if not (arm.stop_reason or "").startswith(NOTHING_LEFT):
         return budget.certify_rounds
     limit = next((n for name, n in budget.arm_audits.items() if name == arm.arm), 0)

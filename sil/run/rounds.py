@@ -35,6 +35,7 @@ from sil.exec.attempts import AuditStateUnknown
 from sil.exec.measure import AuditBackend, AuditRequest, AuditResult, MeasureContext
 from sil.integrity.records import AuditRecord, IntentRecord, Keys, RecoveryRecord, RoundRecord
 from sil.policies.store import PolicySet, PolicyStore
+from sil.run.horizon import arm_limit, held_for_champion
 from sil.stats import fitness
 from sil.stats.fitness import RoundStat
 from sil.store.events import AuditGap, Recovered
@@ -154,8 +155,9 @@ class RoundRunner:
         if s.audits + n > b.max_audits:
             return f"run budget ({b.max_audits} audits) spent"
         spent_by_arm = s.arms[arm].audits if arm in s.arms else 0
-        if arm in b.arm_audits and spent_by_arm + n > b.arm_audits[arm]:
-            return f"arm budget ({b.arm_audits[arm]} audits) spent"
+        limit = arm_limit(self.ctx.contract, s, self.ctx, arm)
+        if limit is not None and spent_by_arm + n > limit:
+            return f"arm budget ({limit} audits{held_for_champion(self.ctx.contract, arm)}) spent"
         if self.journal.elapsed() > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
         if s.usd + n * self.cost_bound + self.reserve_usd > b.max_usd + 1e-12:
@@ -183,8 +185,8 @@ class RoundRunner:
         """Audits the arm may still spend under its own and the run's audit budgets."""
         b, s = self.ctx.contract.budget, self.journal.state
         spent = s.arms[arm].audits if arm in s.arms else 0
-        arm_limit = b.arm_audits[arm] if arm in b.arm_audits else b.max_audits
-        return min(arm_limit - spent, b.max_audits - s.audits)
+        limit = arm_limit(self.ctx.contract, s, self.ctx, arm)
+        return min((b.max_audits if limit is None else limit) - spent, b.max_audits - s.audits)
 
     def next_label(self, prefix: str) -> str:
         """The planned round's label when resuming it, else a fresh one stamped with the tick."""

@@ -71,6 +71,9 @@ class ArmState(BaseModel):
     # gate champion certified on the held-out seeds: its final check on the search seeds, for the summary
     search_rounds: list[RoundStat] = []
     champion_commit: str | None = None  # git commit of the champion set (sil/store/policyrefs.py)
+    # the champion's change from the start as its search estimated it (sum over its KEEPs of each
+    # KEEP's mean paired difference): what sizes its certification (sil/stats/horizon.py)
+    champion_effect: dict[str, float] = {}
 
 
 class RunState(BaseModel):

@@ -1,0 +1,77 @@
+"""How a certified arm's audits are split between its search and its certification.
+
+`budget.certify_horizon: fixed` (the default): the arm searches on `arm_audits[arm]`, and its
+certification has `certify_rounds` rounds (more when the proposer ran dry: sil/run/certify.py).
+
+`budget.certify_horizon: search`: the arm's search and its certification share one pool,
+`arm_audits[arm] + 2 * certify_rounds` audits. While the search goes on it may spend all of it
+but the rounds held back for certifying its current champion (sil/stats/horizon.reserved_looks:
+sized from the champion's effect as the search estimated it, the frozen noise and the seeds the
+certification runs on); the certification then has every round the pool has left. So a champion
+that is clear to certify leaves its unneeded audits to the search, and one that needs more
+rounds stops the search earlier. Only search-phase data enter, so the horizon is fixed before
+the certification's first round (docs/statistics.md §3, "Sizing the certification").
+
+    limit = arm_limit(contract, state, measure, "gate")      # the search's share, or arm_audits
+    looks = pooled_looks(contract, state.arms["gate"])
+"""
+
+from __future__ import annotations
+
+from sil.contract.schema import Contract
+from sil.exec.measure import MeasureContext
+from sil.stats.horizon import reserved_looks
+from sil.stats.judges import seed_count_scale
+from sil.store.runstate import ArmState, RunState
+
+
+def sized_by_search(contract: Contract, arm: str) -> bool:
+    """Whether the arm's certification horizon is sized by its search (a certified arm under
+    `certify_horizon: search`)."""
+    return contract.budget.certify_horizon == "search" and arm in contract.certified_arms()
+
+
+def pool_audits(contract: Contract, arm: str) -> int:
+    """The audits the arm's search and certification share."""
+    b = contract.budget
+    return next((n for name, n in b.arm_audits.items() if name == arm), 0) + 2 * b.certify_rounds
+
+
+def held_back(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int:
+    """Rounds held back for certifying the arm's current champion (its search still going on)."""
+    b, arm_state = contract.budget, state.arms.get(arm)
+    champion_moved = arm_state is not None and arm_state.champion != state.origin
+    effect = arm_state.champion_effect if arm_state is not None and champion_moved else None
+    pool = state.shared.pool
+    noise = pool.estimate() if pool.n_pairs else None
+    scale = seed_count_scale(len(measure.seed_ids), len(measure.seeds_for(measure.certify_on)))
+    return reserved_looks(contract.promotion, noise, effect, b.certify_rounds, b.certify_power, scale)
+
+
+def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:
+    """The most audits the arm's search may spend, or None when its `arm_audits` entry says it."""
+    if not sized_by_search(contract, arm):
+        return None
+    return pool_audits(contract, arm) - 2 * held_back(contract, state, measure, arm)
+
+
+def pooled_looks(contract: Contract, arm: ArmState) -> int:
+    """The certification's horizon under `certify_horizon: search`: every round the shared pool
+    has left once the search stopped (at least 1)."""
+    return max(1, (pool_audits(contract, arm.arm) - arm.audits) // 2)
+
+
+def arm_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str | None) -> int | None:
+    """The most audits the arm may spend: its `arm_audits` entry, or under a certification sized
+    by the search its search's share of the pool (None: no limit of its own, only the run's)."""
+    if arm is None:
+        return None
+    pooled = search_limit(contract, state, measure, arm)
+    if pooled is not None:
+        return pooled
+    return next((n for name, n in contract.budget.arm_audits.items() if name == arm), None)
+
+
+def held_for_champion(contract: Contract, arm: str | None) -> str:
+    """What an arm budget message adds when the rest of the arm's pool is held back."""
+    return "; the rest is held back to certify its champion" if arm and sized_by_search(contract, arm) else ""

@@ -1,0 +1,126 @@
+"""The certification's horizon sized from what the search measured (docs/statistics.md §3).
+
+With `budget.certify_horizon: search`, the rounds held back for certifying an arm's champion
+are the fewest that give the certification a planned power of `budget.certify_power` at the
+champion's effect as the search estimated it (the sum, over the arm's KEEPs, of each KEEP's
+mean paired difference on its own rounds), never fewer than a floor (a champion that moved the
+target by the gate's design effect and no critical dimension), never more than
+`certify_rounds`. Everything it reads is search-phase data (the frozen noise pool and the
+search's rounds), so the horizon is fixed before the certification's first round and the
+certification's level is untouched: only its power and the search's share of the budget move.
+
+    effect = champion_effect({}, keep_rounds)                  # after each KEEP, summed
+    looks = sized_looks(promotion, noise, effect, cap=70, power=0.8, sigma_scale=1.29)
+
+The planned power of a leg at n rounds is Phi((null - delta) sqrt(n) / sigma - c_n), c_n the
+leg's last boundary (t-adjusted, the certification's own spending), and the champion's the
+product over the legs (every leg must reject: an intersection-union test). It ignores the
+earlier looks' chances to reject, so it slightly understates the power.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from sil.contract.schema import Promotion
+from sil.stats.fitness import NoiseEstimate, RoundStat
+from sil.stats.gate import make_certify_gate, t_boundaries
+from sil.stats.judges import Trial
+
+
+def round_means(rounds: Sequence[RoundStat]) -> dict[str, float]:
+    """Per dimension, the mean paired difference over the rounds that measured it."""
+    sums: dict[str, list[float]] = {}
+    for r in rounds:
+        for dim, x in r.diff.items():
+            if x is not None:
+                sums.setdefault(dim, []).append(x)
+    return {dim: sum(xs) / len(xs) for dim, xs in sums.items()}
+
+
+def kept_on(trial: Trial) -> list[RoundStat]:
+    """The rounds a KEEP's effect is estimated from: its confirmation rounds (the screen round
+    selected the candidate, so it is left out), or the coin's one round (chosen by no data)."""
+    if trial.confirm:
+        return list(trial.confirm)
+    return [trial.screen] if trial.screen is not None else []
+
+
+def champion_effect(effect: Mapping[str, float], keep_rounds: Sequence[RoundStat]) -> dict[str, float]:
+    """The champion's estimated change from the start after one more KEEP decided on
+    `keep_rounds` (candidate minus the champion it replaced): the KEEPs' estimates add up."""
+    step = round_means(keep_rounds)
+    return {dim: effect.get(dim, 0.0) + step.get(dim, 0.0) for dim in {*effect, *step}}
+
+
+def _norm_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def planned_power(
+    promotion: Promotion, noise: NoiseEstimate, effect: Mapping[str, float], looks: int, sigma_scale: float = 1.0
+) -> float:
+    """P(the certification with `looks` rounds certifies a champion whose true change is `effect`),
+    by its last look; 0 when a leg has no noise estimate (an unknown leg cannot pass)."""
+    gate = make_certify_gate(promotion, noise, looks, sigma_scale=sigma_scale)
+    power = 1.0
+    for leg in gate.legs:
+        if leg.sigma is None or leg.df is None or leg.sigma <= 0:
+            return 0.0
+        c = t_boundaries(leg.alpha, looks, leg.df, leg.spending)[looks - 1]
+        delta = sum(w * effect.get(dim, 0.0) for dim, w in leg.weights)
+        power *= _norm_cdf((leg.null - delta) * math.sqrt(looks) / leg.sigma - c)
+    return power
+
+
+def sized_looks(
+    promotion: Promotion,
+    noise: NoiseEstimate,
+    effect: Mapping[str, float],
+    cap: int,
+    power: float,
+    sigma_scale: float = 1.0,
+) -> int:
+    """The fewest rounds (1..cap) whose planned power reaches `power`; `cap` when none does.
+
+    Planned power grows with the rounds for a champion the certification can pass (each leg's
+    drift (null - delta) sqrt(n) / sigma outgrows the boundary), so a bisection finds it."""
+    if cap < 1:
+        raise ValueError(f"the certification's cap must be >= 1 round, got {cap}")
+
+    def enough(n: int) -> bool:
+        return planned_power(promotion, noise, effect, n, sigma_scale) >= power
+
+    if not enough(cap):
+        return cap
+    low, high = 0, cap  # enough(high) holds; enough(low) is taken to fail
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
+
+
+def floor_effect(promotion: Promotion) -> dict[str, float]:
+    """The change a champion the search has not found yet is planned for: the target lowered
+    by the gate's design effect (`futility_effect`), no critical dimension moved."""
+    return {dim: -promotion.futility_effect for dim in promotion.target_dimensions}
+
+
+def reserved_looks(
+    promotion: Promotion,
+    noise: NoiseEstimate | None,
+    effect: Mapping[str, float] | None,
+    cap: int,
+    power: float,
+    sigma_scale: float = 1.0,
+) -> int:
+    """Rounds to hold back for certifying an arm's champion while its search goes on:
+    the champion's sized horizon (`effect` None = still the start), never below what a future
+    champion at the floor effect needs. Without a noise estimate yet, the whole cap."""
+    if noise is None or not noise.sigma:
+        return cap
+    floor = sized_looks(promotion, noise, floor_effect(promotion), cap, power, sigma_scale)
+    if effect is None:
+        return floor
+    return max(floor, sized_looks(promotion, noise, effect, cap, power, sigma_scale))
