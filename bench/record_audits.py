@@ -9,7 +9,8 @@ sets file through the product's audit path (`sil.exec.measure.run_audit`, backen
 scripted auditor, the real target inside the reference runtime, the rule-based judge), round
 robin until each set has `--audits` usable audits. Each finished audit is appended to the data
 file at once, with its per-seed scores (or its gap's reason) and its provenance, so a killed
-recorder loses at most the audits in flight; run the same command again to go on.
+recorder loses at most the audits in flight (SIGTERM or Ctrl-C finishes and records them first);
+run the same command again to go on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -122,17 +124,18 @@ def record_of(s: RecordedSet, result: AuditResult, req: AuditRequest, prov: Prov
 
 
 def plan(
-    sets: list[RecordedSet], done: dict[tuple[str, str], int], audits: int, seed_sets: list[SeedSetName]
+    sets: list[RecordedSet], done: dict[tuple[str, str], int], audits: int, seed_sets: list[SeedSetName], batch: int = 1
 ) -> list[tuple[RecordedSet, SeedSetName]]:
-    """What to audit next, round robin over sets and seed sets, so every set grows alike."""
+    """What to audit next, round robin over sets and seed sets, so every set grows alike; `batch`
+    audits of one set in a row (audits in flight at once share the server's prompt cache)."""
     have = dict(done)
     out = []
-    for k in range(audits):
+    for k in range(0, audits, batch):
         for seed_set in seed_sets:
             for s in sets:
-                if have.get((s.name, seed_set), 0) <= k:
-                    out.append((s, seed_set))
-                    have[(s.name, seed_set)] = have.get((s.name, seed_set), 0) + 1
+                n = max(0, min(k + batch, audits) - have.get((s.name, seed_set), 0))
+                out += [(s, seed_set)] * n
+                have[(s.name, seed_set)] = have.get((s.name, seed_set), 0) + n
     return out
 
 
@@ -171,7 +174,7 @@ def record(args: argparse.Namespace, loaded: LoadedContract, prov: Provenance) -
     for rec in read_records(args.out) if args.out.exists() else []:
         if rec.status == "ok" and rec.provenance.contract_hash == prov.contract_hash:
             done[(rec.set, rec.seed_set)] = done.get((rec.set, rec.seed_set), 0) + 1
-    todo = plan(sets, done, args.audits, args.seed_sets)
+    todo = plan(sets, done, args.audits, args.seed_sets, args.in_flight)
     print(f"{len(todo)} audits to record ({sum(done.values())} already in {args.out})", flush=True)
     with ThreadPoolExecutor(max_workers=args.in_flight) as pool:
         running: dict[Future[tuple[AuditRequest, AuditResult]], RecordedSet] = {}
@@ -179,7 +182,12 @@ def record(args: argparse.Namespace, loaded: LoadedContract, prov: Provenance) -
             while todo and len(running) < args.in_flight:
                 s, seed_set = todo.pop(0)
                 running[pool.submit(audit_one, s, seed_set, ctx, backend, args.work)] = s
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            try:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:  # Ctrl-C: record the audits in flight, start no more
+                print("interrupted: finishing the audits in flight", file=sys.stderr, flush=True)
+                todo.clear()
+                continue
             for fut in finished:
                 s = running.pop(fut)
                 if (ex := fut.exception()) is not None:  # e.g. the server died: finish what runs, start nothing
@@ -215,6 +223,9 @@ def main() -> None:
     ap.add_argument("--no-server", action="store_true", help="use a server already answering on the contract's port")
     ap.add_argument("--skip-preflight", action="store_true", help="the wiring preflight already passed on this commit")
     args = ap.parse_args()
+    # SIGTERM and SIGINT (ignored by default in a background job) both finish the audits in flight
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     command = "python -m bench.record_audits " + " ".join(sys.argv[1:])
     loaded = load_contract(args.contract)
     url = loaded.contract.models.target.base_url or ""

@@ -325,8 +325,9 @@ def render(rows: list[dict[str, Any]], head: str, truth: Truth, loaded: LoadedCo
     ]
     for r in rows:
         cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+        se = "—" if r["final_target_se"] is None else f"{r['final_target_se']:.3f}"
         table.append(
-            f"| {r['design']} | {r['runs']} | {r['final_target']:+.3f} ± {r['final_target_se'] or float('nan'):.3f} "
+            f"| {r['design']} | {r['runs']} | {r['final_target']:+.3f} ± {se} "
             f"| {r['p_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['oracle_final_target']:+.3f} | {cert} "
             f"| {r['keeps_per_run']:.2f} |"
         )

@@ -61,6 +61,9 @@ def test_from_a_kept_edit_only_edits_of_the_same_path_reach_a_recorded_set(propo
         edit = next(e for e in p.catalogue if e.id == name)
         new = apply_mutation(p.mutation_for(edit, champion, 0, 0), champion, p.allowed_surfaces)
         assert {**champion, edit.surface: new} == store.documents(sets[name].policy_set)
+        # stored as the loop stores a candidate, it is the very set the recorder audited (its hashes)
+        stored = store.store_documents({**champion, edit.surface: new}, base=sets["never-refuse"].policy_set)
+        assert stored.set_id == sets[name].policy_set.set_id
 
 
 def test_it_refuses_a_contract_on_another_backend() -> None:
