@@ -37,7 +37,17 @@ Arm = Literal["never", "random", "gate"]
 LIVE_JUDGE_NOTE = "live audit: scores are a judge model's, with its noise"
 # rubric/<name>: the deterministic rule-based judge (sil/exec/backends/rubric.py), no model
 RUBRIC_PREFIX = "rubric/"
-OFFLINE_PREFIXES = ("sim/", "scripted/", "offline/", "sil-runtime/scripted/", "mockllm/", RUBRIC_PREFIX)
+# recorded/<role>: a role of recorded real audits, replayed (sil/exec/backends/recorded.py), no model
+RECORDED_PREFIX = "recorded/"
+OFFLINE_PREFIXES = (
+    "sim/",
+    "scripted/",
+    "offline/",
+    "sil-runtime/scripted/",
+    "mockllm/",
+    RUBRIC_PREFIX,
+    RECORDED_PREFIX,
+)
 
 
 # Versioned mutator prompt templates (sil/contract/templates/<name>.md): read here only to
@@ -599,6 +609,8 @@ class Contract(_Strict):
                 kinds[r] = "rule-based judge"
             elif m.model.startswith("sim/"):
                 kinds[r] = "simulated"
+            elif m.model.startswith(RECORDED_PREFIX):
+                kinds[r] = "recorded real audit (replayed)"
             elif m.offline:
                 kinds[r] = "offline scripted"
             elif m.loopback:
