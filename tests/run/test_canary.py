@@ -121,7 +121,7 @@ def test_the_reserve_is_held_back_from_audits_and_mutator_calls() -> None:
 
     from sil.run.rounds import Guards, RoundRunner
 
-    budget = SimpleNamespace(max_audits=100, arm_audits={}, max_wall_s=1e9, max_usd=10.0)
+    budget = SimpleNamespace(max_audits=100, arm_audits={}, max_wall_s=1e9, max_usd=10.0, certify_horizon="fixed")
     state = SimpleNamespace(audits=0, usd=6.0, arms={})
     journal = SimpleNamespace(state=state, elapsed=lambda: 0.0)
     ctx = SimpleNamespace(contract=SimpleNamespace(budget=budget), seed_ids=("a",), heldout_ids=())
