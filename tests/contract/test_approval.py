@@ -233,6 +233,8 @@ COUPLED |= {("mutator", "catalogue"), ("bound", "programme")}
 COUPLED |= {("local",)}
 # Ray executor settings: only with executor.kind ray (kind itself is covered)
 COUPLED |= {("executor", f) for f in ("address_env", "num_cpus", "resources", "max_in_flight")}
+# The fresh-seed claim: only where the certification runs on held-out seeds (this contract's does not)
+COUPLED |= {("certification", "claim")}
 
 
 def test_every_contract_field_invalidates(env) -> None:
