@@ -20,7 +20,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,15 +28,19 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from bench.looprun import LoopRun
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
 from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table, provenance
-from bench.posterior import PosteriorSettings, Prior, run_posterior
-from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
+from bench.posterior import PosteriorJudge, PosteriorSettings, Prior, PriorView
+from bench.procedures import PROCEDURES, Procedure, audit_mean
+from bench.proposers import OracleJudge, grid_contract, revalidated
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import ValidityRow, format_validity, validity_table
+from bench.vectorloop import VectorWorld, loop_summary
 from sil.contract import prepare
-from sil.contract.schema import Promotion, load_contract
+from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.contract.simparams import SimParams
+from sil.stats.judges import GateJudge, Judge
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,6 +155,7 @@ class Setup:
     methods: tuple[str, ...]
     certify_audits: int = CERTIFY_AUDITS  # reserved for the final certification (2 per round)
     posterior_rule: tuple[float, float, int, float] | None = None  # None: POSTERIOR_RULES
+    loaded: LoadedContract | None = None  # the contract the loop's runs start from
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
         return world_params(self.params, cell.world, {"pair_correlation": cell.rho, "world_seed": SEED + run})
@@ -182,7 +187,7 @@ def load_setup(
     except ValidationError as ex:
         raise SystemExit(f"invalid promotion override: {ex}") from None
     certify = 2 * c.budget.certify_rounds or CERTIFY_AUDITS
-    return Setup(sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify)
+    return Setup(sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify, loaded=load_contract(contract))
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
@@ -199,7 +204,8 @@ def _overrides(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
-    """All procedures on one world and one candidate sequence."""
+    """All procedures on one world and one candidate sequence: the loop's in the product's loop
+    (bench/vectorloop.py), the others on a `SimRun`."""
     world = World(setup.cell_params(cell, run), setup.dims, setup.n_seeds)
     promo = setup.promotion
     cand_rng = np.random.default_rng(np.random.SeedSequence([SEED, run, 1]))
@@ -209,6 +215,10 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     tolerance = np.array([promo.tolerance(d) for d in promo.critical_dimensions])
     out = {}
     for method in setup.methods:
+        plan = loop_plan(setup, cell, method)
+        if plan is not None:
+            out[method] = in_loop(setup, cell, run, plan, VectorWorld(world, candidates, critical_idx))
+            continue
         run_state = SimRun(world, candidates, cell.budget, method, critical_idx, tolerance)
         procedure, settings = _procedure(setup, cell, method, run)
         procedure(run_state, settings)
@@ -216,39 +226,82 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     return out
 
 
+@dataclass(frozen=True)
+class LoopPlan:
+    """A method the product's loop runs: the gate arm's promotion and judge, its certification."""
+
+    method: str
+    promotion: Promotion
+    certify_rounds: int
+    posterior: PosteriorSettings | None = None
+
+
+def loop_plan(setup: Setup, cell: Cell, method: str) -> LoopPlan | None:
+    """The loop's run of `method`, or None for a procedure that is not the loop's."""
+    promo = setup.cell_promotion(cell)
+    rounds = setup.certify_audits // 2
+    if method in ("loop_gate", "loop_gate_certified", "oracle_certified") or method in OVERRIDES:
+        promo = Promotion.model_validate({**promo.model_dump(), **OVERRIDES.get(method, {})})
+        # the two-stage design's guarantee is its certification: the loop always runs it
+        certify = method != "loop_gate" and method not in OVERRIDES or promo.error_design == "two_stage"
+        return LoopPlan(method, promo, rounds if certify else 0)
+    if method == "loop_gate_elond":
+        return LoopPlan(method, setup.cell_promotion(cell, "elond"), 0)
+    if method in POSTERIORS:
+        keep_p, drop_p, max_rounds, slack = setup.posterior_rule or POSTERIOR_RULES[method]
+        rule = PosteriorSettings(
+            promo, setup.certify_audits, POSTERIORS[method], keep_p, drop_p, int(max_rounds), slack
+        )
+        return LoopPlan(method, promo, rounds, rule)
+    return None
+
+
+def in_loop(setup: Setup, cell: Cell, run: int, plan: LoopPlan, world: VectorWorld) -> RunSummary:
+    """One run of the product's loop on this world: the contract with the cell's world, the
+    plan's promotion and certification, the gate arm alone after the never arm's calibration."""
+    assert setup.loaded is not None, "Setup.loaded: the loop's runs need the contract"
+    c = setup.loaded.contract
+    params = setup.cell_params(cell, run).model_copy(update={"p_crash": 0.0})  # the copy's world had no crashes
+    loaded = revalidated(
+        setup.loaded,
+        {
+            "promotion": plan.promotion.model_dump(),
+            "budget": {**c.budget.model_dump(), "certify_rounds": plan.certify_rounds},
+            "measurement": {**c.measurement.model_dump(), "certify_on": "search"},
+            "backend_settings": params.model_dump(mode="json"),
+            "seed": c.seed + run,
+        },
+    )
+    return loop_summary(grid_contract(loaded, cell.budget, "gate"), world, judge_maker(plan, world), plan.method)
+
+
+def judge_maker(plan: LoopPlan, world: VectorWorld) -> Callable[[LoopRun], Judge]:
+    """The gate arm's judge for the plan: the contract's gate, the oracle search, or a posterior."""
+
+    def make(lr: LoopRun) -> Judge:
+        if plan.method == "oracle_certified":
+            return OracleJudge(lr, world, harmless=True)
+        if plan.posterior is not None:
+
+            def theta() -> np.ndarray:
+                return world.theta(lr.rc.store.documents(lr.rc.state.arms["gate"].champion))
+
+            return PosteriorJudge(PriorView(world, theta), plan.posterior)
+        return GateJudge(lr.rc.promotion)
+
+    return make
+
+
 def delivered_alpha(setup: Setup, cell: Cell, method: str) -> float | None:
     """alpha_certify for a method that runs the two-stage design with its certification (its
     guarantee is on the delivered champion), else None (held to the FWER criterion)."""
-    _, settings = _procedure(setup, cell, method, 0)
-    if isinstance(settings, LoopGateSettings | PosteriorSettings) and settings.certify_audits:
-        promo = settings.promotion
-        return promo.alpha_certify if promo.error_design == "two_stage" else None
+    plan = loop_plan(setup, cell, method)
+    if plan is not None and plan.certify_rounds:
+        return plan.promotion.alpha_certify if plan.promotion.error_design == "two_stage" else None
     return None
 
 
 def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedure, object]:
-    if method == "loop_gate":
-        promo = setup.cell_promotion(cell)
-        # the two-stage design's guarantee is its certification: the loop always runs it
-        reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
-        return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
-    if method == "loop_gate_elond":
-        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
-    if method == "loop_gate_certified":
-        settings = LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
-        return PROCEDURES["loop_gate"], settings
-    if method in OVERRIDES:
-        promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
-        reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
-        return PROCEDURES["loop_gate"], LoopGateSettings(promo, certify_audits=reserve)
-    if method == "oracle_certified":
-        return PROCEDURES[method], LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
-    if method in POSTERIORS:
-        keep_p, drop_p, rounds, slack = setup.posterior_rule or POSTERIOR_RULES[method]
-        posterior = PosteriorSettings(
-            setup.cell_promotion(cell), setup.certify_audits, POSTERIORS[method], keep_p, drop_p, int(rounds), slack
-        )
-        return run_posterior, posterior
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
