@@ -30,10 +30,20 @@ from pydantic import ValidationError
 
 from bench.looprun import LoopRun
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
-from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table, provenance
+from bench.metrics import (
+    KindRow,
+    Row,
+    WaldPoint,
+    aggregate,
+    by_kind,
+    format_by_kind,
+    format_table,
+    moved_table,
+    provenance,
+)
 from bench.posterior import PosteriorJudge, PosteriorSettings, Prior, PriorView
 from bench.procedures import PROCEDURES, Procedure, audit_mean
-from bench.proposers import OracleJudge, grid_contract, revalidated
+from bench.proposers import OracleJudge, grid_contract, promotion_overrides, revalidated
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import ValidityRow, format_validity, validity_table
 from bench.vectorloop import VectorWorld, loop_summary
@@ -188,19 +198,6 @@ def load_setup(
         raise SystemExit(f"invalid promotion override: {ex}") from None
     certify = 2 * c.budget.certify_rounds or CERTIFY_AUDITS
     return Setup(sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify, loaded=load_contract(contract))
-
-
-def _overrides(pairs: Sequence[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in Promotion.model_fields:
-            raise SystemExit(f"--set expects FIELD=VALUE with a promotion field, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value  # a bare string such as elond
-    return out
 
 
 def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
@@ -454,18 +451,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--by-kind", action="store_true", help="also show where each method's audits went, per candidate type"
     )
     ap.add_argument("--out", type=Path, help="also write <out>/<name>.md and <name>.json")
+    ap.add_argument("--previous", type=Path, help="an earlier results .json: say how far each row moved from it")
     ap.add_argument("--name", default="gates", help="file stem of the --out files (default gates)")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    before = previous_cells(args.previous) if args.previous else None  # read before the output overwrites it
     runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
     reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
     if runs < 2 or reps < 1 or args.first_run < 0:
         raise SystemExit("--runs must be >= 2, --validity-reps >= 1 and --first-run >= 0")
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
-    setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
+    setup = load_setup(args.contract, methods, args.aux, promotion_overrides(args.set))
     if args.certify_rounds is not None:
         setup = replace(setup, certify_audits=2 * args.certify_rounds)
     if args.posterior_rule is not None:
@@ -505,6 +504,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(block)
     out.append(block)
+    if before is not None:
+        out.append(against(args.previous, before, tables))
+        print(out[-1])
     checks = acceptance(tables, validity, alpha_run)
     block = "## Acceptance checks\n\n" + "\n".join(f"- {line}" for line in checks)
     block += f"\n\n(elapsed {time.monotonic() - start:.0f} s, {args.jobs} worker(s))"
@@ -514,6 +516,55 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv_used = list(argv) if argv is not None else sys.argv[1:]
         head = provenance(["bench.gates", *argv_used], f"{runs} per cell", time.monotonic() - start)
         _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
+
+
+GATES_LOOP_CHANGE = (
+    "Why the figures moved: the earlier file's loop gate, its variants, the certified oracle and the posterior references "
+    "ran in bench.procedures' copy of the candidate loop (drive_candidate_arm, "
+    "calibrate, certify_champion). Now they run `sil run`'s own phases (preflight, baseline, the never "
+    "arm's calibration, the gate arm's CandidateArm, the final certification, with the judge-drift canary) "
+    "in a temporary folder, each candidate entering as a policy edit that the in-process executor audits "
+    "at its latent field (bench/vectorloop.py). The worlds, the candidate streams and the split of the "
+    "budget (calibration, the certification's 2 x certify_rounds audits, the gate arm the rest) are the "
+    "copy's; the noise draws are not (every audit has the loop's own id and tick, and the preflight and "
+    "baseline audits move the drift clock by 6 ticks). The SE of a difference treats the two files as "
+    "independent, an approximation when their worlds overlap. A move within about two standard errors "
+    "is what other noise draws give; a larger one comes from the changes above."
+)
+
+
+def against(path: Path, before: dict[tuple[str, str], dict[str, Any]], tables: dict[Cell, list[Row]]) -> str:
+    """The section saying how far each row moved from the earlier results file, and why."""
+    return f"## Against `{path}` (before this run)\n\n{GATES_LOOP_CHANGE}\n\n{moved_table(before, moved_rows(tables))}"
+
+
+def cell_key(world: str, rho: float, budget: int) -> str:
+    return f"{world}, rho {float(rho):g}, budget {budget}"
+
+
+def previous_cells(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of an earlier `bench.gates` results file (.json), by (cell, method), in the
+    terms `bench.metrics.moved_table` compares."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError) as ex:
+        raise SystemExit(f"--previous {path}: not a bench.gates results file ({ex})") from None
+    return {
+        (cell_key(c["world"], c["rho"], c["budget"]), r["method"]): moved_terms(r) for c in cells for r in c["rows"]
+    }
+
+
+def moved_terms(row: dict[str, Any]) -> dict[str, Any]:
+    keys = {"final_target": "final_target", "final_target_se": "final_target_se", "p_final_worse": "p_worse"}
+    return {**{k: row[v] for k, v in keys.items()}, "keeps_per_run": row["keeps"]}
+
+
+def moved_rows(tables: dict[Cell, list[Row]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (cell_key(c.world, c.rho, c.budget), r.method): moved_terms(asdict(r))
+        for c, rows in tables.items()
+        for r in rows
+    }
 
 
 def _from(first_run: int) -> str:

@@ -104,9 +104,12 @@ class WorldTruth(Protocol):
     """A bench world's truth, as a judge that knows it reads it: the expected audit mean per
     dimension (`dims` order) of a policy set, lower is better."""
 
-    dims: list[str]
-    target: str
-    critical: list[str]
+    @property
+    def dims(self) -> list[str]: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def critical(self) -> list[str]: ...
 
     def truth(self, docs: dict[str, dict[str, Any]]) -> np.ndarray: ...
 

@@ -29,7 +29,7 @@ from bench.simrun import candidate_stream
 from bench.vectorloop import VectorWorld
 from sil.contract.schema import Promotion
 from sil.stats.fitness import RoundStat
-from sil.stats.judges import ArmBudget, CandidateRoundKind, JudgeState, Outcome, Trial
+from sil.stats.judges import ArmBudget, CandidateRoundKind, JudgeState, Outcome, Trial, Verdict
 from sil_runtime.sim.world import keyed_rng
 
 Prior = Literal["true", "learned"]
@@ -185,9 +185,11 @@ class PosteriorJudge:
             book.observe_first(self.rows[0])
         p = book.p_good(np.array(self.rows))
         s = self.settings
-        verdict = (
-            "keep" if p >= s.keep_p else "revert" if p <= s.drop_p or len(self.rows) >= s.max_rounds else "continue"
-        )
+        verdict: Verdict = "continue"
+        if p >= s.keep_p:
+            verdict = "keep"
+        elif p <= s.drop_p or len(self.rows) >= s.max_rounds:
+            verdict = "revert"
         update = {"screen": stat} if kind == "screen" else {"confirm": [*trial.confirm, stat]}
         return trial.model_copy(update=update), Outcome(verdict=verdict, reason=f"P(good) {p:.3f}", kind=kind)
 

@@ -376,6 +376,20 @@ def revalidated(loaded: LoadedContract, fields: dict[str, Any]) -> LoadedContrac
     return loaded.model_copy(update={"contract": type(c).model_validate({**c.model_dump(), **fields})})
 
 
+def promotion_overrides(pairs: Sequence[str]) -> dict[str, object]:
+    """`--set FIELD=VALUE ...` as promotion overrides (a value is JSON, or a bare string such as elond)."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in Promotion.model_fields:
+            raise SystemExit(f"--set expects FIELD=VALUE with a promotion field, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare string such as elond
+    return out
+
+
 def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> LoadedContract:
     """The contract with promotion fields replaced (validated, as the contract would be);
     `certify_rounds` is the budget's field of that name."""
@@ -679,11 +693,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    from bench.gates import _overrides
-
     args = parse_args(argv)
     cert = [x for x in args.set if x.startswith("certify_rounds=")]
-    overrides = _overrides([x for x in args.set if x not in cert])
+    overrides = promotion_overrides([x for x in args.set if x not in cert])
     if cert:
         overrides["certify_rounds"] = int(cert[-1].split("=", 1)[1])
     try:

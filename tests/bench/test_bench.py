@@ -211,6 +211,22 @@ def test_by_kind_accounts_every_candidate_audit_to_its_type(setup):
     assert "| loop_gate | null |" in format_by_kind(rows)
 
 
+def test_previous_says_how_far_each_row_moved_from_an_earlier_file(setup, tmp_path):
+    cell = Cell("calibrated", 0.0, 300)
+    runs = [simulate_run(replace(setup, methods=("oracle",)), cell, run=r)["oracle"] for r in range(2)]
+    row = aggregate("oracle", runs, 0.8)
+    earlier = {**row.__dict__, "final_target": row.final_target + 0.5}
+    path = tmp_path / "gates.json"
+    path.write_text(json.dumps({"cells": [{"world": "calibrated", "rho": 0.0, "budget": 300, "rows": [earlier]}]}))
+    table = gates.moved_table(gates.previous_cells(path), gates.moved_rows({cell: [row]}))
+    assert (
+        f"| calibrated, rho 0, budget 300 oracle | {row.final_target + 0.5:+.3f} → {row.final_target:+.3f} (-0.500"
+        in table
+    )
+    with pytest.raises(SystemExit, match="not a bench.gates results file"):
+        gates.previous_cells(tmp_path / "missing.json")
+
+
 def test_an_outcome_cannot_keep_with_a_reverting_rule():
     with pytest.raises(ValueError, match="cannot end as"):
         Outcome(verdict="keep", reason="x", kind="confirm", ending=Ending.FUTILITY)
