@@ -91,7 +91,7 @@ GRID_WORLDS = (
     "heterogeneous",
 )
 CORRELATIONS = (0.0, 0.5)
-BUDGETS = (150, 300, 600)
+BUDGETS = (300, 600)  # the loop's calibration and 70-round certification alone take 164 audits
 DEFAULT_RUNS, FULL_RUNS = 60, 1000
 DEFAULT_VALIDITY, FULL_VALIDITY = 500, 2000
 CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
@@ -330,8 +330,24 @@ def _tasks(setup: Setup, cells: Sequence[Cell], runs: range, chunk: int) -> Iter
             yield setup, cell, list(range(start, min(runs.stop, start + chunk)))
 
 
+def refuse_unpayable(setup: Setup, cells: Sequence[Cell]) -> None:
+    """SystemExit before any run when a cell's budget cannot pay a loop method's calibration and
+    certification and leave its gate arm a paired round."""
+    calibration = 2 * setup.promotion.calibration_pairs
+    for cell in cells:
+        for method in setup.methods:
+            plan = loop_plan(setup, cell, method)
+            if plan is not None and cell.budget - calibration - 2 * plan.certify_rounds < 2:
+                raise SystemExit(
+                    f"--budgets {cell.budget} cannot pay {method}'s calibration ({calibration} audits) and "
+                    f"certification ({2 * plan.certify_rounds}) with a round left: raise the budget, or lower "
+                    "the certification with --certify-rounds N"
+                )
+
+
 def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int, first_run: int = 0) -> GridResult:
     """`runs` runs per cell, worlds first_run .. first_run + runs - 1."""
+    refuse_unpayable(setup, cells)
     results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
     span = range(first_run, first_run + runs)
     tasks = list(_tasks(setup, cells, span, chunk=max(1, min(25, runs // 4 or 1))))

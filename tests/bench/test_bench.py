@@ -227,6 +227,13 @@ def test_previous_says_how_far_each_row_moved_from_an_earlier_file(setup, tmp_pa
         gates.previous_cells(tmp_path / "missing.json")
 
 
+def test_a_budget_that_cannot_pay_the_loops_certification_is_refused_before_any_run():
+    setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
+    with pytest.raises(SystemExit, match="--budgets 150 cannot pay loop_gate's calibration"):
+        gates.refuse_unpayable(setup, [Cell("calibrated", 0.0, 150)])
+    gates.refuse_unpayable(setup, [Cell("calibrated", 0.0, 300)])  # 24 + 140 leave the gate arm 136
+
+
 def test_an_outcome_cannot_keep_with_a_reverting_rule():
     with pytest.raises(ValueError, match="cannot end as"):
         Outcome(verdict="keep", reason="x", kind="confirm", ending=Ending.FUTILITY)
