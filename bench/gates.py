@@ -20,7 +20,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,15 +28,29 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from bench.looprun import LoopRun
 from bench.manytoone import ManyToOneSettings, run_many_to_one, slots_of
-from bench.metrics import KindRow, Row, WaldPoint, aggregate, by_kind, format_by_kind, format_table, provenance
-from bench.posterior import PosteriorSettings, Prior, run_posterior
-from bench.procedures import PROCEDURES, LoopGateSettings, Procedure, audit_mean
+from bench.metrics import (
+    KindRow,
+    Row,
+    WaldPoint,
+    aggregate,
+    by_kind,
+    format_by_kind,
+    format_table,
+    moved_table,
+    provenance,
+)
+from bench.posterior import PosteriorJudge, PosteriorSettings, Prior, PriorView
+from bench.procedures import PROCEDURES, Procedure, audit_mean
+from bench.proposers import OracleJudge, grid_contract, promotion_overrides, revalidated
 from bench.simrun import RunSummary, SimRun, candidate_stream, summarize
 from bench.validity import ValidityRow, format_validity, validity_table
+from bench.vectorloop import VectorWorld, loop_summary
 from sil.contract import prepare
-from sil.contract.schema import Promotion, load_contract
+from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.contract.simparams import SimParams
+from sil.stats.judges import GateJudge, Judge
 from sil_runtime.sim.world import World
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,7 +91,7 @@ GRID_WORLDS = (
     "heterogeneous",
 )
 CORRELATIONS = (0.0, 0.5)
-BUDGETS = (150, 300, 600)
+BUDGETS = (300, 600)  # the loop's calibration and 70-round certification alone take 164 audits
 DEFAULT_RUNS, FULL_RUNS = 60, 1000
 DEFAULT_VALIDITY, FULL_VALIDITY = 500, 2000
 CONFIRMATIONS_PER_300 = 24  # J_max scales with the budget (12, 24, 48)
@@ -153,6 +167,7 @@ class Setup:
     certify_horizon: str = "fixed"  # the contract's budget.certify_horizon: fixed, or sized by the search
     certify_power: float = 0.8
     posterior_rule: tuple[float, float, int, float] | None = None  # None: POSTERIOR_RULES
+    loaded: LoadedContract | None = None  # the contract the loop's runs start from
 
     def cell_params(self, cell: Cell, run: int) -> SimParams:
         return world_params(self.params, cell.world, {"pair_correlation": cell.rho, "world_seed": SEED + run})
@@ -186,25 +201,21 @@ def load_setup(
     certify = 2 * c.budget.certify_rounds or CERTIFY_AUDITS
     b = c.budget
     return Setup(
-        sim, dims, len(prepare.load_seeds()), promo, tuple(methods), certify, b.certify_horizon, b.certify_power
+        sim,
+        dims,
+        len(prepare.load_seeds()),
+        promo,
+        tuple(methods),
+        certify,
+        b.certify_horizon,
+        b.certify_power,
+        loaded=load_contract(contract),
     )
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in Promotion.model_fields:
-            raise SystemExit(f"--set expects FIELD=VALUE with a promotion field, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value  # a bare string such as elond
-    return out
-
-
 def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
-    """All procedures on one world and one candidate sequence."""
+    """All procedures on one world and one candidate sequence: the loop's in the product's loop
+    (bench/vectorloop.py), the others on a `SimRun`."""
     world = World(setup.cell_params(cell, run), setup.dims, setup.n_seeds)
     promo = setup.promotion
     cand_rng = np.random.default_rng(np.random.SeedSequence([SEED, run, 1]))
@@ -214,6 +225,10 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     tolerance = np.array([promo.tolerance(d) for d in promo.critical_dimensions])
     out = {}
     for method in setup.methods:
+        plan = loop_plan(setup, cell, method)
+        if plan is not None:
+            out[method] = in_loop(setup, cell, run, plan, VectorWorld(world, candidates, critical_idx))
+            continue
         run_state = SimRun(world, candidates, cell.budget, method, critical_idx, tolerance)
         procedure, settings = _procedure(setup, cell, method, run)
         procedure(run_state, settings)
@@ -221,43 +236,87 @@ def simulate_run(setup: Setup, cell: Cell, run: int) -> dict[str, RunSummary]:
     return out
 
 
-def delivered_alpha(setup: Setup, cell: Cell, method: str) -> float | None:
-    """alpha_certify for a method that runs the two-stage design with its certification (its
-    guarantee is on the delivered champion), else None (held to the FWER criterion)."""
-    _, settings = _procedure(setup, cell, method, 0)
-    if isinstance(settings, LoopGateSettings | PosteriorSettings) and settings.certify_audits:
-        promo = settings.promotion
-        return promo.alpha_certify if promo.error_design == "two_stage" else None
+@dataclass(frozen=True)
+class LoopPlan:
+    """A method the product's loop runs: the gate arm's promotion and judge, its certification."""
+
+    method: str
+    promotion: Promotion
+    certify_rounds: int
+    posterior: PosteriorSettings | None = None
+
+
+def loop_plan(setup: Setup, cell: Cell, method: str) -> LoopPlan | None:
+    """The loop's run of `method`, or None for a procedure that is not the loop's."""
+    promo = setup.cell_promotion(cell)
+    rounds = setup.certify_audits // 2
+    if method in ("loop_gate", "loop_gate_certified", "oracle_certified") or method in OVERRIDES:
+        promo = Promotion.model_validate({**promo.model_dump(), **OVERRIDES.get(method, {})})
+        # the two-stage design's guarantee is its certification: the loop always runs it
+        certify = method != "loop_gate" and method not in OVERRIDES or promo.error_design == "two_stage"
+        return LoopPlan(method, promo, rounds if certify else 0)
+    if method == "loop_gate_elond":
+        return LoopPlan(method, setup.cell_promotion(cell, "elond"), 0)
+    if method in POSTERIORS:
+        keep_p, drop_p, max_rounds, slack = setup.posterior_rule or POSTERIOR_RULES[method]
+        rule = PosteriorSettings(
+            promo, setup.certify_audits, POSTERIORS[method], keep_p, drop_p, int(max_rounds), slack
+        )
+        return LoopPlan(method, promo, rounds, rule)
     return None
 
 
-def loop_settings(setup: Setup, promo: Promotion, reserve: int) -> LoopGateSettings:
-    """The loop gate's settings: its promotion, its certification reserve and how it is sized."""
-    return LoopGateSettings(promo, reserve, setup.certify_horizon, setup.certify_power)
+def in_loop(setup: Setup, cell: Cell, run: int, plan: LoopPlan, world: VectorWorld) -> RunSummary:
+    """One run of the product's loop on this world: the contract with the cell's world, the
+    plan's promotion and certification, the gate arm alone after the never arm's calibration."""
+    assert setup.loaded is not None, "Setup.loaded: the loop's runs need the contract"
+    c = setup.loaded.contract
+    params = setup.cell_params(cell, run).model_copy(update={"p_crash": 0.0})  # the copy's world had no crashes
+    loaded = revalidated(
+        setup.loaded,
+        {
+            "promotion": plan.promotion.model_dump(),
+            "budget": {
+                **c.budget.model_dump(),
+                "certify_rounds": plan.certify_rounds,
+                "certify_horizon": setup.certify_horizon,
+                "certify_power": setup.certify_power,
+            },
+            "measurement": {**c.measurement.model_dump(), "certify_on": "search"},
+            "backend_settings": params.model_dump(mode="json"),
+            "seed": c.seed + run,
+        },
+    )
+    return loop_summary(grid_contract(loaded, cell.budget, "gate"), world, judge_maker(plan, world), plan.method)
+
+
+def judge_maker(plan: LoopPlan, world: VectorWorld) -> Callable[[LoopRun], Judge]:
+    """The gate arm's judge for the plan: the contract's gate, the oracle search, or a posterior."""
+
+    def make(lr: LoopRun) -> Judge:
+        if plan.method == "oracle_certified":
+            return OracleJudge(lr, world, harmless=True)
+        if plan.posterior is not None:
+
+            def theta() -> np.ndarray:
+                return world.theta(lr.rc.store.documents(lr.rc.state.arms["gate"].champion))
+
+            return PosteriorJudge(PriorView(world, theta), plan.posterior)
+        return GateJudge(lr.rc.promotion)
+
+    return make
+
+
+def delivered_alpha(setup: Setup, cell: Cell, method: str) -> float | None:
+    """alpha_certify for a method that runs the two-stage design with its certification (its
+    guarantee is on the delivered champion), else None (held to the FWER criterion)."""
+    plan = loop_plan(setup, cell, method)
+    if plan is not None and plan.certify_rounds:
+        return plan.promotion.alpha_certify if plan.promotion.error_design == "two_stage" else None
+    return None
 
 
 def _procedure(setup: Setup, cell: Cell, method: str, run: int) -> tuple[Procedure, object]:
-    if method == "loop_gate":
-        promo = setup.cell_promotion(cell)
-        # the two-stage design's guarantee is its certification: the loop always runs it
-        reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
-        return PROCEDURES["loop_gate"], loop_settings(setup, promo, reserve)
-    if method == "loop_gate_elond":
-        return PROCEDURES["loop_gate"], LoopGateSettings(setup.cell_promotion(cell, "elond"))
-    if method == "loop_gate_certified":
-        return PROCEDURES["loop_gate"], loop_settings(setup, setup.cell_promotion(cell), setup.certify_audits)
-    if method in OVERRIDES:
-        promo = Promotion.model_validate({**setup.cell_promotion(cell).model_dump(), **OVERRIDES[method]})
-        reserve = setup.certify_audits if promo.error_design == "two_stage" else 0
-        return PROCEDURES["loop_gate"], loop_settings(setup, promo, reserve)
-    if method == "oracle_certified":
-        return PROCEDURES[method], LoopGateSettings(setup.cell_promotion(cell), certify_audits=setup.certify_audits)
-    if method in POSTERIORS:
-        keep_p, drop_p, rounds, slack = setup.posterior_rule or POSTERIOR_RULES[method]
-        posterior = PosteriorSettings(
-            setup.cell_promotion(cell), setup.certify_audits, POSTERIORS[method], keep_p, drop_p, int(rounds), slack
-        )
-        return run_posterior, posterior
     if method in LEVERS:
         return run_many_to_one, ManyToOneSettings(setup.cell_promotion(cell), slots_of(method))
     if method == "random":
@@ -289,8 +348,24 @@ def _tasks(setup: Setup, cells: Sequence[Cell], runs: range, chunk: int) -> Iter
             yield setup, cell, list(range(start, min(runs.stop, start + chunk)))
 
 
+def refuse_unpayable(setup: Setup, cells: Sequence[Cell]) -> None:
+    """SystemExit before any run when a cell's budget cannot pay a loop method's calibration and
+    certification and leave its gate arm a paired round."""
+    calibration = 2 * setup.promotion.calibration_pairs
+    for cell in cells:
+        for method in setup.methods:
+            plan = loop_plan(setup, cell, method)
+            if plan is not None and cell.budget - calibration - 2 * plan.certify_rounds < 2:
+                raise SystemExit(
+                    f"--budgets {cell.budget} cannot pay {method}'s calibration ({calibration} audits) and "
+                    f"certification ({2 * plan.certify_rounds}) with a round left: raise the budget, or lower "
+                    "the certification with --certify-rounds N"
+                )
+
+
 def run_grid(setup: Setup, cells: Sequence[Cell], runs: int, jobs: int, first_run: int = 0) -> GridResult:
     """`runs` runs per cell, worlds first_run .. first_run + runs - 1."""
+    refuse_unpayable(setup, cells)
     results: dict[Cell, list[dict[str, RunSummary]]] = {c: [] for c in cells}
     span = range(first_run, first_run + runs)
     tasks = list(_tasks(setup, cells, span, chunk=max(1, min(25, runs // 4 or 1))))
@@ -420,18 +495,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--by-kind", action="store_true", help="also show where each method's audits went, per candidate type"
     )
     ap.add_argument("--out", type=Path, help="also write <out>/<name>.md and <name>.json")
+    ap.add_argument("--previous", type=Path, help="an earlier results .json: say how far each row moved from it")
     ap.add_argument("--name", default="gates", help="file stem of the --out files (default gates)")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    before = previous_cells(args.previous) if args.previous else None  # read before the output overwrites it
     runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
     reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
     if runs < 2 or reps < 1 or args.first_run < 0:
         raise SystemExit("--runs must be >= 2, --validity-reps >= 1 and --first-run >= 0")
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
-    setup = load_setup(args.contract, methods, args.aux, _overrides(args.set))
+    setup = load_setup(args.contract, methods, args.aux, promotion_overrides(args.set))
     if args.certify_rounds is not None:
         setup = replace(setup, certify_audits=2 * args.certify_rounds)
     if args.certify_horizon is not None:
@@ -475,6 +552,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(block)
     out.append(block)
+    if before is not None:
+        out.append(against(args.previous, before, tables))
+        print(out[-1])
     checks = acceptance(tables, validity, alpha_run)
     block = "## Acceptance checks\n\n" + "\n".join(f"- {line}" for line in checks)
     block += f"\n\n(elapsed {time.monotonic() - start:.0f} s, {args.jobs} worker(s))"
@@ -484,6 +564,55 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv_used = list(argv) if argv is not None else sys.argv[1:]
         head = provenance(["bench.gates", *argv_used], f"{runs} per cell", time.monotonic() - start)
         _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
+
+
+GATES_LOOP_CHANGE = (
+    "Why the figures moved: the earlier file's loop gate, its variants, the certified oracle and the posterior references "
+    "ran in bench.procedures' copy of the candidate loop (drive_candidate_arm, "
+    "calibrate, certify_champion). Now they run `sil run`'s own phases (preflight, baseline, the never "
+    "arm's calibration, the gate arm's CandidateArm, the final certification, with the judge-drift canary) "
+    "in a temporary folder, each candidate entering as a policy edit that the in-process executor audits "
+    "at its latent field (bench/vectorloop.py). The worlds, the candidate streams and the split of the "
+    "budget (calibration, the certification's 2 x certify_rounds audits, the gate arm the rest) are the "
+    "copy's; the noise draws are not (every audit has the loop's own id and tick, and the preflight and "
+    "baseline audits move the drift clock by 6 ticks). The SE of a difference treats the two files as "
+    "independent, an approximation when their worlds overlap. A move within about two standard errors "
+    "is what other noise draws give; a larger one comes from the changes above."
+)
+
+
+def against(path: Path, before: dict[tuple[str, str], dict[str, Any]], tables: dict[Cell, list[Row]]) -> str:
+    """The section saying how far each row moved from the earlier results file, and why."""
+    return f"## Against `{path}` (before this run)\n\n{GATES_LOOP_CHANGE}\n\n{moved_table(before, moved_rows(tables))}"
+
+
+def cell_key(world: str, rho: float, budget: int) -> str:
+    return f"{world}, rho {float(rho):g}, budget {budget}"
+
+
+def previous_cells(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rows of an earlier `bench.gates` results file (.json), by (cell, method), in the
+    terms `bench.metrics.moved_table` compares."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError) as ex:
+        raise SystemExit(f"--previous {path}: not a bench.gates results file ({ex})") from None
+    return {
+        (cell_key(c["world"], c["rho"], c["budget"]), r["method"]): moved_terms(r) for c in cells for r in c["rows"]
+    }
+
+
+def moved_terms(row: dict[str, Any]) -> dict[str, Any]:
+    keys = {"final_target": "final_target", "final_target_se": "final_target_se", "p_final_worse": "p_worse"}
+    return {**{k: row[v] for k, v in keys.items()}, "keeps_per_run": row["keeps"]}
+
+
+def moved_rows(tables: dict[Cell, list[Row]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (cell_key(c.world, c.rho, c.budget), r.method): moved_terms(asdict(r))
+        for c, rows in tables.items()
+        for r in rows
+    }
 
 
 def _from(first_run: int) -> str:

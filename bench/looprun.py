@@ -22,7 +22,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from sil.contract.schema import LoadedContract
 from sil.contract.simparams import SimParams
@@ -30,9 +32,11 @@ from sil.exec import measure
 from sil.exec.measure import AuditBackend, AuditRequest, AuditResult, GapError, MeasureContext
 from sil.integrity.records import CertifyRecord
 from sil.run.context import RunContext
+from sil.run.rounds import AuditExecutor
 from sil.run.train import RunConfig, open_run
 from sil.store.events import Update
 from sil_policy import SURFACES
+from sil_policy.evidence import Evidence
 from sil_runtime.policy_loader import load_policies
 from sil_runtime.sim.__main__ import Frozen, crashes, load_frozen, read_params, simulate, write_evidence
 
@@ -40,6 +44,24 @@ ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "state" / "policies"
 SCRATCH = Path("/dev/shm")  # in memory where the system has it: a run's many fsyncs cost nothing there
 MEASUREMENT_HASH = "bench-" + "0" * 58  # the bench verifies no frozen measurement: it runs in-process
+
+
+def policy_env(req: AuditRequest) -> dict[str, str]:
+    """The environment a runtime reads the audited policy set from (OVERRIDE + STRICT per surface)."""
+    env = {}
+    for spec in SURFACES.values():
+        env[spec.override_env] = str(req.policy_dir / spec.filename)
+        env[spec.strict_env] = "1"
+    return env
+
+
+def scored(
+    req: AuditRequest, ctx: MeasureContext, backend: AuditBackend, evidence: Evidence, start: float
+) -> AuditResult:
+    """The audit's evidence, written where the mutator's evidence reader finds it, scored by the loop."""
+    write_evidence(evidence, req.audit_dir)
+    result = measure.score_evidence(req, ctx, evidence, time.monotonic() - start)
+    return measure.with_use(result, req, ctx, backend)
 
 
 class SimInProcess:
@@ -66,22 +88,35 @@ class SimInProcess:
             judge_resamples=c.measurement.judge_resamples,
             seed_set=req.seed_set,
         )
-        env = {}
-        for spec in SURFACES.values():
-            env[spec.override_env] = str(req.policy_dir / spec.filename)
-            env[spec.strict_env] = "1"
         try:
             sim = read_params(params)
             if crashes(sim, req.audit_id):
                 raise GapError(f"audit process exited 3: simulated runtime crash in audit {req.audit_id}")
             if req.seed_set not in self.frozen:
                 self.frozen[req.seed_set] = load_frozen(self.ctx.measurement_root, req.seed_set)
-            evidence = simulate(args, sim, load_policies(env), self.frozen[req.seed_set])
-            write_evidence(evidence, req.audit_dir)  # where the mutator's evidence reader finds it
-            result = measure.score_evidence(req, self.ctx, evidence, time.monotonic() - start)
-            return measure.with_use(result, req, self.ctx, self.backend)
+            evidence = simulate(args, sim, load_policies(policy_env(req)), self.frozen[req.seed_set])
+            return scored(req, self.ctx, self.backend, evidence, start)
         except GapError as gap:
             return measure.gap_result(req, self.backend, gap, start)
+
+
+class WorldTruth(Protocol):
+    """A bench world's truth, as a judge that knows it reads it: the expected audit mean per
+    dimension (`dims` order) of a policy set, lower is better."""
+
+    @property
+    def dims(self) -> list[str]: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def critical(self) -> list[str]: ...
+
+    def truth(self, docs: dict[str, dict[str, Any]]) -> np.ndarray: ...
+
+
+# What computes a run's audits in this process, made once its measurement context exists: the sim
+# audit's own code by default; the gate benchmark's vector world (bench/vectorloop.py) brings its own.
+ExecutorFactory = Callable[[MeasureContext, AuditBackend], AuditExecutor]
 
 
 class LoopRun:
@@ -91,6 +126,7 @@ class LoopRun:
         self,
         loaded: LoadedContract,
         on_event: Callable[[Update], None] | None = None,
+        executor: ExecutorFactory | None = None,
         *,
         project: Path | None = None,
         run_id: str = "bench",
@@ -98,9 +134,10 @@ class LoopRun:
     ) -> None:
         """A run in a temporary project folder, or (`project`) the next run `run_id` of a project
         folder the caller keeps (its refs, holdout ledger included, are shared by its runs), starting
-        from `policy_dir`."""
+        from `policy_dir`; its audits run in process (`executor`, the sim's by default)."""
         self.loaded = loaded
         self.on_event = on_event or (lambda _line: None)
+        self.executor = executor or SimInProcess
         self.owned = project is None
         self.root = project or Path(tempfile.mkdtemp(prefix="sil-bench-", dir=SCRATCH if SCRATCH.is_dir() else None))
         self.run_id, self.policy_dir = run_id, policy_dir
@@ -111,7 +148,7 @@ class LoopRun:
         self.rc = self.open()
 
     def open(self) -> RunContext:
-        holder: dict[str, SimInProcess] = {}
+        holder: dict[str, AuditExecutor] = {}
 
         def execute(reqs: list[AuditRequest]) -> list[AuditResult]:
             return holder["sim"](reqs)
@@ -124,7 +161,7 @@ class LoopRun:
             execute=execute,
         )
         rc = open_run(self.loaded, cfg, MEASUREMENT_HASH)
-        holder["sim"] = SimInProcess(rc.measure, rc.backend)
+        holder["sim"] = self.executor(rc.measure, rc.backend)
         return rc
 
     def documents(self, set_id: str) -> dict[str, dict[str, Any]]:

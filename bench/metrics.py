@@ -273,7 +273,7 @@ def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> 
 # (bench/looprun.py); each re-measured results file says it beside its figures.
 LOOP_CHANGE = (
     "Why the figures moved: until commit 00dec95 the bench drove its own copy of the loop "
-    "(bench.procedures.drive_candidate_arm, GateRun of bench/proposers.py). Now it runs `sil run`'s own "
+    "(drive_candidate_arm of bench/procedures.py, GateRun of bench/proposers.py). Now it runs `sil run`'s own "
     "phases (preflight, baseline, never, random, gate, final, with the judge-drift canary), arms and "
     "certification (bench/looprun.py), the audits computed in-process by the sim audit's own code. "
     "So every audit has the loop's own audit id and tick (other noise draws than the copy's, and the "

@@ -12,20 +12,24 @@ can be split into what the data cannot tell and what the gate leaves behind.
 
 After each paired round, P(good | rounds) is the posterior mass on changes that lower the target
 and raise no critical dimension by more than `harm_slack` (score points). KEEP at >= keep_p,
-REVERT at <= drop_p or after max_rounds; then the loop's certification on the reserve.
+REVERT at <= drop_p or after max_rounds. The rule is the gate arm's judge (`PosteriorJudge`) in
+the product's loop (bench/vectorloop.py): the loop's calibration, rounds and budget, then its
+certification of the champion.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from bench.procedures import calibrate, certify_champion, loop_round
-from bench.simrun import SimRun, candidate_stream
+from bench.simrun import candidate_stream
+from bench.vectorloop import VectorWorld
 from sil.contract.schema import Promotion
 from sil.stats.fitness import RoundStat
+from sil.stats.judges import ArmBudget, CandidateRoundKind, JudgeState, Outcome, Trial, Verdict
 from sil_runtime.sim.world import keyed_rng
 
 Prior = Literal["true", "learned"]
@@ -83,24 +87,28 @@ def npmle_prior(points: np.ndarray, sd: float) -> np.ndarray:
 class TruePrior:
     """The world's own candidate mixture: true changes of fresh draws against the current champion."""
 
-    def __init__(self, run: SimRun, settings: PosteriorSettings, sigma: np.ndarray) -> None:
-        self.run, self.settings, self.sigma = run, settings, sigma
-        self.atoms = self._draw()
+    def __init__(self, view: PriorView, settings: PosteriorSettings, sigma: np.ndarray) -> None:
+        self.view, self.settings, self.sigma = view, settings, sigma
+        self.atoms: np.ndarray | None = self._draw()
 
     def _draw(self) -> np.ndarray:
-        world, promo = self.run.world, self.settings.promotion
+        world, promo = self.view.world.world, self.settings.promotion
         rng = keyed_rng(world.params.world_seed, "bench.posterior prior")
         draws = candidate_stream(world, rng, self.settings.prior_draws, world.dims[0], promo.critical_dimensions)
-        return np.array([self.run.true_delta(c.field) for c in draws])
+        theta = self.view.champion()
+        base = world.expected_scores(theta)
+        return np.array([world.expected_scores(theta + c.field) - base for c in draws])
 
     def observe_first(self, first: np.ndarray) -> None:
         pass  # known in advance: nothing to learn
 
     def champion_changed(self) -> None:
-        self.atoms = self._draw()
+        self.atoms = None  # drawn again at the next round, against the champion the KEEP made
 
     def p_good(self, rounds: np.ndarray) -> float:
-        crit = self.run.critical_idx
+        if self.atoms is None:
+            self.atoms = self._draw()
+        crit = self.view.world.critical_idx
         good = (self.atoms[:, 0] < 0) & (self.atoms[:, crit] <= self.settings.harm_slack).all(axis=1)
         flat = np.full(len(self.atoms), 1.0 / len(self.atoms))
         post = posterior_weights(flat, log_likelihood(self.atoms, rounds, self.sigma))
@@ -110,8 +118,8 @@ class TruePrior:
 class LearnedPrior:
     """One prior on GRID per dimension, fitted to the run's first rounds; dims taken as independent."""
 
-    def __init__(self, run: SimRun, settings: PosteriorSettings, sigma: np.ndarray) -> None:
-        self.run, self.settings, self.sigma = run, settings, sigma
+    def __init__(self, view: PriorView, settings: PosteriorSettings, sigma: np.ndarray) -> None:
+        self.view, self.settings, self.sigma = view, settings, sigma
         self.firsts: list[np.ndarray] = []
         self.per_dim: list[np.ndarray] = []
 
@@ -130,7 +138,7 @@ class LearnedPrior:
     def p_good(self, rounds: np.ndarray) -> float:
         """P(target < 0) times P(critical <= harm_slack) for each critical dim."""
         p = 1.0
-        for j in [0, *self.run.critical_idx]:
+        for j in [0, *self.view.world.critical_idx]:
             post = posterior_weights(self.per_dim[j], log_likelihood(GRID[:, None], rounds[:, [j]], self.sigma[[j]]))
             p *= float(post[GRID < 0].sum() if j == 0 else post[GRID <= self.settings.harm_slack].sum())
         return p
@@ -139,35 +147,60 @@ class LearnedPrior:
 Book = TruePrior | LearnedPrior
 
 
-def run_posterior(run: SimRun, settings: PosteriorSettings) -> None:
-    """The loop's A/A calibration, a posterior decision per candidate, the loop's certification."""
-    promo = settings.promotion
-    shared = calibrate(run, promo)
-    noise = shared.pool.estimate()
-    sigma = np.array([noise.sigma.get(d, np.nan) for d in run.world.dims], dtype=float)
-    book: Book = (TruePrior if settings.prior == "true" else LearnedPrior)(run, settings, sigma)
-    keeps = 0
-    for cand in run.candidates:
-        if run.left() - settings.certify_audits < 2:
-            break
-        kept, rounds = _decide(run, settings, book, cand.field)
-        keeps += kept
-        run.decide(cand, kept, 2 * rounds, "keep" if kept else "posterior")
-        if kept:
-            book.champion_changed()
-    if settings.certify_audits and keeps:
-        certify_champion(run, promo, shared)
+@dataclass(frozen=True)
+class PriorView:
+    """What a prior sees of the run: its world, and the current champion's latent field."""
+
+    world: VectorWorld
+    champion: Callable[[], np.ndarray]
 
 
-def _decide(run: SimRun, settings: PosteriorSettings, book: Book, field: np.ndarray) -> tuple[bool, int]:
-    rows: list[np.ndarray] = []
-    while run.left() - settings.certify_audits >= 2:
-        rows.append(round_vector(loop_round(run, run.theta + field, run.theta, settings.promotion), run.world.dims))
-        if len(rows) == 1:
-            book.observe_first(rows[0])
-        p = book.p_good(np.array(rows))
-        if p >= settings.keep_p:
-            return True, len(rows)
-        if p <= settings.drop_p or len(rows) >= settings.max_rounds:
-            return False, len(rows)
-    return False, len(rows)
+class PosteriorJudge:
+    """The posterior rule as the gate arm's judge: one candidate's paired rounds until P(good)
+    crosses keep_p or drop_p, or max_rounds; its KEEP comes from the posterior, not a test."""
+
+    name = "posterior"
+    keeps_by_test = False
+
+    def __init__(self, view: PriorView, settings: PosteriorSettings) -> None:
+        self.view, self.settings = view, settings
+        self.book: Book | None = None
+        self.rows: list[np.ndarray] = []
+
+    def stop_reason(self, shared: JudgeState) -> str | None:
+        return None
+
+    def next_kind(self, trial: Trial) -> CandidateRoundKind:
+        return "screen" if trial.screen is None else "confirm"
+
+    def judge(
+        self, trial: Trial, stat: RoundStat, shared: JudgeState, budget: ArmBudget, index: int
+    ) -> tuple[Trial, Outcome]:
+        kind = self.next_kind(trial)
+        book = self.book or self.open_book(shared)
+        if trial.screen is None:
+            self.rows = []
+        self.rows.append(round_vector(stat, tuple(self.view.world.dims)))
+        if len(self.rows) == 1:
+            book.observe_first(self.rows[0])
+        p = book.p_good(np.array(self.rows))
+        s = self.settings
+        verdict: Verdict = "continue"
+        if p >= s.keep_p:
+            verdict = "keep"
+        elif p <= s.drop_p or len(self.rows) >= s.max_rounds:
+            verdict = "revert"
+        update = {"screen": stat} if kind == "screen" else {"confirm": [*trial.confirm, stat]}
+        return trial.model_copy(update=update), Outcome(verdict=verdict, reason=f"P(good) {p:.3f}", kind=kind)
+
+    def open_book(self, shared: JudgeState) -> Book:
+        """The prior, once the never arm's calibration has set the noise per dimension."""
+        noise = shared.pool.estimate()
+        sigma = np.array([noise.sigma.get(d, np.nan) for d in self.view.world.dims], dtype=float)
+        self.book = (TruePrior if self.settings.prior == "true" else LearnedPrior)(self.view, self.settings, sigma)
+        return self.book
+
+    def close(self, trial: Trial, verdict: str, shared: JudgeState) -> JudgeState:
+        if verdict == "keep" and self.book is not None:
+            self.book.champion_changed()
+        return shared

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.looprun import LoopRun
+from bench.looprun import LoopRun, WorldTruth
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, Promotion, load_contract
 from sil.contract.simparams import SimParams
@@ -145,7 +145,7 @@ class RandomEditProposer(ProposerBase):
             text = " ".join(words).capitalize() + "."
             current = value_at(request.champion[surface], path)
             value: Any = [*current, text] if isinstance(current, list) else text
-            m = _mutation(surface, path, value, request, self.name, "random edit", {"broken_tool_use": 0.0})
+            m = edit_mutation(surface, path, value, request, self.name, "random edit", {"broken_tool_use": 0.0})
             if m is not None:
                 return Proposal(mutation=m)
         return Proposal()
@@ -171,7 +171,7 @@ class OracleProposer(ProposerBase):
         edits = [(s, p, v) for s, p, v in self.pool if s in self.surfaces]
         edits += [(e.surface, e.path, e.resolve(champ[e.surface])) for e in self.catalogue.open_edits(champ, set())]
         for surface, path, value in edits:
-            m = _mutation(surface, path, value, request, self.name, "oracle", {w.target: -0.5})
+            m = edit_mutation(surface, path, value, request, self.name, "oracle", {w.target: -0.5})
             if m is None or m.edit_key in request.tried:
                 continue
             docs = {**champ, surface: apply_mutation(m, champ, self.surfaces)}
@@ -192,7 +192,7 @@ def _text_paths(doc: dict[str, Any], prefix: str = "") -> list[str]:
     return [p for p in out if len(p.split(".")) <= 3]
 
 
-def _mutation(
+def edit_mutation(
     surface: str, path: str, value: Any, request: ProposalRequest, name: str, why: str, effect: dict[str, float]
 ) -> Mutation | None:
     raw = {
@@ -225,7 +225,7 @@ class OracleJudge:
 
     keeps_by_test = False
 
-    def __init__(self, run: LoopRun, world: BenchWorld, harmless: bool) -> None:
+    def __init__(self, run: LoopRun, world: WorldTruth, harmless: bool) -> None:
         self.run, self.world, self.harmless = run, world, harmless
         self.name = "oracle_search" if harmless else "oracle_gate"
         self.origin = self.world.truth(run.rc.store.documents(run.rc.state.origin))
@@ -377,6 +377,20 @@ def revalidated(loaded: LoadedContract, fields: dict[str, Any]) -> LoadedContrac
 
 
 BUDGET_OVERRIDES = ("certify_rounds", "certify_horizon", "certify_power")  # --set fields of the budget
+
+
+def promotion_overrides(pairs: Sequence[str]) -> dict[str, object]:
+    """`--set FIELD=VALUE ...` as promotion overrides (a value is JSON, or a bare string such as elond)."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in Promotion.model_fields:
+            raise SystemExit(f"--set expects FIELD=VALUE with a promotion field, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare string such as elond
+    return out
 
 
 def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> LoadedContract:
@@ -683,11 +697,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    from bench.gates import _overrides
-
     args = parse_args(argv)
     cert = [x for x in args.set if x.partition("=")[0] in BUDGET_OVERRIDES]
-    overrides = _overrides([x for x in args.set if x not in cert])
+    overrides = promotion_overrides([x for x in args.set if x not in cert])
     for pair in cert:
         key, _, value = pair.partition("=")
         overrides[key] = value if key == "certify_horizon" else float(value) if key == "certify_power" else int(value)

@@ -47,7 +47,7 @@ class Decision:
     delta: np.ndarray  # true change per dim had the candidate been kept (lower is better)
     kept: bool
     audits: float  # a shared champion audit is split over the candidates it served
-    ending: str = ""  # how the decision ended (bench.procedures.ending_of), where the procedure says
+    ending: str = ""  # how the decision ended (the judge's `Ending` value), where the procedure says
 
 
 @dataclass

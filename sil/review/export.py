@@ -22,6 +22,7 @@ import numpy as np
 
 from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
+from sil.integrity.records import AuditRecord, RoundRecord
 from sil.review.runview import RunView
 from sil.review.usecounts import NOT_PROVABLE_MEANS, candidate_rounds, surface_counts, surface_words, verdict_counts
 from sil_policy.credentials import redact_data
@@ -63,8 +64,8 @@ def _round_row(r: dict[str, Any]) -> dict[str, Any]:
 
 def _verdict_row(v: dict[str, Any], view: RunView) -> dict[str, Any]:
     keys = ("arm", "mutation_id", "verdict", "reason", "candidate_set", "parent_set", "rounds", "alpha")
-    rounds = candidate_rounds(view.of_type("round"), v.get("arm", ""), v.get("mutation_id", ""))
-    use = verdict_counts(view.of_type("audit"), rounds)
+    rounds = candidate_rounds(view.payloads("round", RoundRecord), v.get("arm", ""), v.get("mutation_id", ""))
+    use = verdict_counts(view.payloads("audit", AuditRecord), rounds)
     return {"record": "verdict", **{k: v.get(k) for k in keys}, **{f"use.{k}": n for k, n in use.items()}}
 
 
@@ -85,7 +86,10 @@ def export_rows(view: RunView) -> list[dict[str, Any]]:
 
 def use_lines(view: RunView) -> list[str]:
     """What `sil export` says beside the file: per surface, how many audits showed the policy's use."""
-    return [f"use shown (pair audits): {surface_words(surface_counts(view.of_type('audit')))}", NOT_PROVABLE_MEANS]
+    return [
+        f"use shown (pair audits): {surface_words(surface_counts(view.payloads('audit', AuditRecord)))}",
+        NOT_PROVABLE_MEANS,
+    ]
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[str]:

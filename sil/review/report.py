@@ -22,6 +22,16 @@ import numpy as np
 from pydantic import BaseModel
 from scipy import stats
 
+from sil.integrity.records import (
+    AuditRecord,
+    CanaryRecord,
+    CertifyRecord,
+    MutationRecord,
+    MutatorCallRecord,
+    RoundRecord,
+    RunRecord,
+    VerdictRecord,
+)
 from sil.integrity.verify import verify_run_ledger
 from sil.review.runview import LEDGER, RunView
 from sil.review.summary import Summary, build_summary, conclusion_text, error_words, noise_line
@@ -171,55 +181,50 @@ def effect(values: list[float], noise: tuple[float, int] | None = None) -> Effec
     return Effect(mean=m, lo=m - float(half), hi=m + float(half), rounds=int(arr.size))
 
 
-def rounds_of(view: RunView, arm: str, mutation_id: str) -> list[dict[str, Any]]:
+def rounds_of(rounds: list[RoundRecord], arm: str, mutation_id: str) -> list[RoundRecord]:
     """A candidate's usable rounds: keyed by (arm, mutation), since two arms may try the same edit."""
-    return [
-        r
-        for r in view.of_type("round")
-        if r.get("arm") == arm and r.get("mutation_id") == mutation_id and not r.get("gap_reason")
-    ]
+    return [r for r in rounds if r.arm == arm and r.mutation_id == mutation_id and not r.gap_reason]
 
 
-def _open_command(view: RunView, audit_ids: list[str]) -> str:
-    logs = [a["log_path"] for a in view.of_type("audit") if a["audit_id"] in audit_ids and a.get("log_path")]
+def _open_command(view: RunView, audits: list[AuditRecord], audit_ids: list[str]) -> str:
+    logs = [a.log_path for a in audits if a.audit_id in audit_ids and a.log_path]
     if logs:
         return f"inspect view --log-dir {Path(logs[0]).parent}"
     return f"simulated audits (no inspect log): evidence in {view.run_dir / 'audits'}/<audit id>/"
 
 
 def candidates(view: RunView, dims: list[str], noise: dict[str, tuple[float, int]] | None = None) -> list[Candidate]:
-    verdicts = {(v["arm"], v["mutation_id"]): v for v in view.of_type("verdict")}
-    all_rounds, all_audits = view.of_type("round"), view.of_type("audit")
+    verdicts = {(v.arm, v.mutation_id): v for v in view.payloads("verdict", VerdictRecord)}
+    all_rounds, all_audits = view.payloads("round", RoundRecord), view.payloads("audit", AuditRecord)
     out = []
-    for m in view.of_type("mutation"):
-        mut = m["mutation"]
-        rounds = rounds_of(view, m["arm"], mut["mutation_id"])
+    for m in view.payloads("mutation", MutationRecord):
+        mut = m.mutation
+        rounds = rounds_of(all_rounds, m.arm, mut.mutation_id)
         observed = {}
         for d in dims:
-            vals = [r["diff"][d] for r in rounds if r["diff"].get(d) is not None]
+            vals = [x for r in rounds if (x := r.diff.get(d)) is not None]
             if vals:
                 observed[d] = effect(vals, (noise or {}).get(d))
-        audit_ids = [
-            a["audit_id"] for a in view.of_type("audit") if a["round"] in {r["round"] for r in rounds} or False
-        ]
-        v = verdicts.get((m["arm"], mut["mutation_id"]), {})
+        labels = {r.round for r in rounds}
+        audit_ids = [a.audit_id for a in all_audits if a.round in labels]
+        v = verdicts.get((m.arm, mut.mutation_id))
         out.append(
             Candidate(
-                arm=m["arm"],
-                index=m["index"],
-                mutation_id=mut["mutation_id"],
-                surface=mut["surface"],
-                path=mut["path"],
-                hypothesis=mut["hypothesis"],
-                evidence=list(mut["evidence"]),
-                expected=dict(mut["expected_effect"]),
+                arm=m.arm,
+                index=m.index,
+                mutation_id=mut.mutation_id,
+                surface=mut.surface,
+                path=mut.path,
+                hypothesis=mut.hypothesis,
+                evidence=list(mut.evidence),
+                expected=dict(mut.expected_effect),
                 observed=observed,
-                verdict=v.get("verdict"),
-                reason=v.get("reason"),
+                verdict=v.verdict if v else None,
+                reason=v.reason if v else None,
                 audits=audit_ids,
-                open_audits=_open_command(view, audit_ids),
-                parent_set=v.get("parent_set") or "",
-                use=verdict_counts(all_audits, candidate_rounds(all_rounds, m["arm"], mut["mutation_id"])),
+                open_audits=_open_command(view, all_audits, audit_ids),
+                parent_set=v.parent_set if v else "",
+                use=verdict_counts(all_audits, candidate_rounds(all_rounds, m.arm, mut.mutation_id)),
             )
         )
     return out
@@ -232,10 +237,10 @@ def _policy_text(view: RunView, set_id: str) -> dict[str, list[str]]:
 
 def kept_diffs(view: RunView) -> list[KeptDiff]:
     out = []
-    for v in view.of_type("verdict"):
-        if v["verdict"] != "keep":
+    for v in view.payloads("verdict", VerdictRecord):
+        if v.verdict != "keep":
             continue
-        old, new = _policy_text(view, v["parent_set"]), _policy_text(view, v["candidate_set"])
+        old, new = _policy_text(view, v.parent_set), _policy_text(view, v.candidate_set)
         lines: list[str] = []
         for name in sorted(old.keys() | new.keys()):
             lines += difflib.unified_diff(
@@ -243,11 +248,11 @@ def kept_diffs(view: RunView) -> list[KeptDiff]:
             )
         out.append(
             KeptDiff(
-                arm=v["arm"],
-                mutation_id=v["mutation_id"],
-                policy_set=v["candidate_set"],
+                arm=v.arm,
+                mutation_id=v.mutation_id,
+                policy_set=v.candidate_set,
                 diff="\n".join(lines[:MAX_DIFF_LINES]) or "(no textual difference)",
-                parent_set=v["parent_set"],
+                parent_set=v.parent_set,
             )
         )
     return out
@@ -255,30 +260,30 @@ def kept_diffs(view: RunView) -> list[KeptDiff]:
 
 def certifications(view: RunView) -> list[Certification]:
     out = []
-    for c in view.of_type("certify"):
-        decision = c.get("decision") or {}
-        legs = c.get("legs") or [
-            {k: leg.get(k) for k in ("dim", "kind", "estimate", "statistic", "boundary", "passed")}
-            for leg in decision.get("legs", [])
+    for c in view.payloads("certify", CertifyRecord):
+        legs = [leg.model_dump(mode="json") for leg in c.legs] or [
+            leg.model_dump(mode="json", include=LEG_FIELDS) for leg in (c.decision.legs if c.decision else [])
         ]
+        undecided = "the budget ran out before the certification decided"
         out.append(
             Certification(
-                arm=c["arm"],
-                policy_set=c["policy_set"],
-                certified=c["certified"],
-                rounds=c["rounds"],
-                looks=c.get("looks"),
-                reason=c.get("reason") or decision.get("reason", "the budget ran out before the certification decided"),
+                arm=c.arm,
+                policy_set=c.policy_set,
+                certified=c.certified,
+                rounds=c.rounds,
+                looks=c.looks,
+                reason=c.reason or (c.decision.reason if c.decision else undecided),
                 legs=legs,
-                seed_set=c.get("seed_set", "search"),
-                seeds=c.get("seeds"),
-                search_rounds=c.get("search_rounds", 0),
-                search_effect={d: tuple(v) for d, v in (c.get("search_effect") or {}).items()},
+                seed_set=c.seed_set,
+                seeds=c.seeds,
+                search_rounds=c.search_rounds,
+                search_effect=dict(c.search_effect),
             )
         )
     return out
 
 
+LEG_FIELDS = {"dim", "kind", "estimate", "statistic", "boundary", "passed"}  # a leg as older ledgers show it
 MAX_GAPS_LISTED = 20
 ROLE_NOTE = "target, auditor and judge together: an audit's usage is recorded whole, not per role"
 
@@ -291,43 +296,39 @@ def _gap_kind(reason: str) -> str:
 def cost(view: RunView) -> Cost:
     c, s = view.contract, view.state
     assert c is not None and s is not None
-    audits = view.of_type("audit")
-    arms: dict[str, list[dict[str, Any]]] = {}
+    audits = view.payloads("audit", AuditRecord)
+    arms: dict[str, list[AuditRecord]] = {}
     for a in audits:
-        arms.setdefault(a["arm"], []).append(a)
-    gaps = [a for a in audits if a["status"] == "gap"]
-    kinds = Counter(_gap_kind(g.get("gap_reason") or "unknown") for g in gaps)
-    mutator, canary = view.of_type("mutator_call"), view.of_type("canary")
+        arms.setdefault(a.arm, []).append(a)
+    gaps = [a for a in audits if a.status == "gap"]
+    kinds = Counter(_gap_kind(g.gap_reason or "unknown") for g in gaps)
+    mutator, canary = view.payloads("mutator_call", MutatorCallRecord), view.payloads("canary", CanaryRecord)
     summary = build_summary(s, view.records, c, "")
     return Cost(
         arms=[
             ArmCost(
                 arm=arm,
                 audits=len(rows),
-                gaps=sum(r["status"] == "gap" for r in rows),
-                usd=round(sum(r["usage"]["usd"] for r in rows), 6),
-                audit_wall_s=round(sum(r["wall_s"] for r in rows), 1),
+                gaps=sum(r.status == "gap" for r in rows),
+                usd=round(sum(r.usage.usd for r in rows), 6),
+                audit_wall_s=round(sum(r.wall_s for r in rows), 1),
             )
             for arm, rows in arms.items()
         ],
         roles=[
-            RoleCost(
-                role="audits", calls=len(audits), usd=round(sum(a["usage"]["usd"] for a in audits), 6), note=ROLE_NOTE
-            ),
-            RoleCost(role="mutator", calls=len(mutator), usd=round(sum(m["usd"] for m in mutator), 6)),
+            RoleCost(role="audits", calls=len(audits), usd=round(sum(a.usage.usd for a in audits), 6), note=ROLE_NOTE),
+            RoleCost(role="mutator", calls=len(mutator), usd=round(sum(m.usd for m in mutator), 6)),
             RoleCost(
                 role="canary (judge re-runs)",
-                calls=sum(x.get("calls", 0) for x in canary),
-                usd=round(sum(x.get("usd", 0.0) for x in canary), 6),
+                calls=sum(x.calls for x in canary),
+                usd=round(sum(x.usd for x in canary), 6),
             ),
         ],
         audits=s.audits,
         preflight=max(s.audits - len(audits), 0),
         gaps=len(gaps),
         gap_reasons=dict(kinds),
-        gap_list=[
-            Gap(audit_id=g["audit_id"], arm=g["arm"], reason=g.get("gap_reason") or "") for g in gaps[:MAX_GAPS_LISTED]
-        ],
+        gap_list=[Gap(audit_id=g.audit_id, arm=g.arm, reason=g.gap_reason or "") for g in gaps[:MAX_GAPS_LISTED]],
         usd=round(s.usd, 6),
         max_usd=c.budget.max_usd,
         wall_s=round(s.elapsed_s, 1),
@@ -343,7 +344,7 @@ def cost(view: RunView) -> Cost:
 
 def audit_logs(view: RunView) -> str:
     """One way to open every audit log of the run: `inspect view` over their common folder, or the folder."""
-    logs = [Path(a["log_path"]) for a in view.of_type("audit") if a.get("log_path")]
+    logs = [Path(a.log_path) for a in view.payloads("audit", AuditRecord) if a.log_path]
     if logs:
         common = Path(os.path.commonpath([str(p.parent) for p in logs]))
         return f"inspect view --log-dir {common}"
@@ -354,7 +355,8 @@ def trust(view: RunView, root: Path) -> Trust:
     """The run's verification as every view states it: the ledger in the caller's environment, and
     the snapshots the report is built from held to it."""
     rep = view.verification or verify_run_ledger(view.run_dir / LEDGER, root, None)
-    approval = (view.first("contract") or {}).get("approval", "unknown")
+    runs = view.payloads("contract", RunRecord)
+    approval = runs[0].approval if runs else "unknown"
     return Trust(
         ledger_ok=rep.ok and not view.problems,
         records=rep.records,
@@ -375,8 +377,9 @@ def build_report(view: RunView, root: Path) -> ReportData:
     if view.contract is None or view.state is None:
         raise ValueError(f"run {view.run_id} cannot be reported: {'; '.join(view.problems) or 'no state'}")
     c, s = view.contract, view.state
-    run = view.first("contract") or {}
-    summary = build_summary(s, view.records, c, run.get("note", ""))
+    runs = view.payloads("contract", RunRecord)
+    run = runs[0] if runs else None
+    summary = build_summary(s, view.records, c, run.note if run else "")
     dims = c.dimensions()
     return ReportData(
         run_id=view.run_id,
@@ -384,8 +387,8 @@ def build_report(view: RunView, root: Path) -> ReportData:
         contract_hash=c.contract_hash,
         backend=c.backend,
         simulated=view.simulated,
-        note=run.get("note", ""),
-        models=run.get("models", {}),
+        note=run.note if run else "",
+        models=run.models if run else {},
         phase=s.phase,
         halt_reason=s.halt_reason,
         target=c.promotion.target_dimensions[0],
@@ -400,5 +403,5 @@ def build_report(view: RunView, root: Path) -> ReportData:
         kept=kept_diffs(view),
         cost=cost(view),
         conclusion=conclusion_text(summary),
-        use=surface_counts(view.of_type("audit")),
+        use=surface_counts(view.payloads("audit", AuditRecord)),
     )

@@ -6,7 +6,7 @@ them, and its state and the contract snapshot the run wrote when it started, eac
 ledger (a snapshot that disagrees is one of the view's problems).
 
     view = load_run(Path("state/runs/sil-default-sim-0d3fff61"))
-    view.of_type("verdict"), view.contract, view.state.phase
+    view.payloads("verdict", VerdictRecord), view.contract, view.state.phase
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from sil.integrity.ledger import (
     read_records_of,
     read_snapshot,
 )
+from sil.integrity.records import Payload, parse_payload
 from sil.integrity.verify import verify_run_ledger
 from sil.integrity.witness import WitnessError, witness_from_env
 from sil.review.runpaths import CONTRACT_SNAPSHOT as CONTRACT_SNAPSHOT
@@ -50,6 +51,7 @@ class RunView:
     problems: list[str] = field(default_factory=list)  # snapshots unreadable or not the ledger's
     counts: LedgerCounts | None = None  # what the ledger says the run did
     verification: VerifyReport | None = None  # None: not verified (load_run(verify=False))
+    typed: dict[str, list[Payload]] = field(default_factory=dict)  # `payloads`, per record type
 
     @property
     def run_id(self) -> str:
@@ -57,6 +59,24 @@ class RunView:
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [r.payload for r in self.records if r.type == kind]
+
+    def payloads[P: Payload](self, kind: str, model: type[P]) -> list[P]:
+        """The typed payloads of every record of `kind`, in ledger order, read once. A record that
+        does not hold its type's payload is left out and named among the view's problems."""
+        if kind not in self.typed:
+            self.typed[kind] = [p for r in self.records if r.type == kind if (p := self._parsed(r)) is not None]
+        out = self.typed[kind]
+        wrong = [type(p).__name__ for p in out if not isinstance(p, model)]
+        if wrong:
+            raise TypeError(f"a {kind} record holds a {wrong[0]}, not a {model.__name__}")
+        return out  # type: ignore[return-value]  # each one checked to be a `model` above
+
+    def _parsed(self, r: Record) -> Payload | None:
+        try:
+            return parse_payload(r.type, r.payload)
+        except ValueError as ex:  # pydantic's ValidationError is one
+            self.problems.append(f"ledger record {r.seq} ({r.type}) is malformed: {str(ex).splitlines()[0]}")
+            return None
 
     def first(self, kind: str) -> dict[str, Any] | None:
         found = self.of_type(kind)

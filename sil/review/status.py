@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
+from sil.integrity.records import AuditRecord, RoundRecord
 from sil.review.usecounts import (
     NOT_PROVABLE_MEANS,
     NOT_PROVABLE_SHORT,
@@ -214,15 +215,15 @@ def run_status(view: RunView) -> RunStatus:
         confirmations=s.shared.budget.confirmations if s else 0,
         verified=verified,
         ledger=ledger,
-        use=surface_counts(view.of_type("audit")),
+        use=surface_counts(view.payloads("audit", AuditRecord)),
     )
 
 
 def _verdict(view: RunView, v: dict[str, Any]) -> Verdict:
     """A verdict as status shows it, with its pair audits' proof of use (a malformed record reads '?')."""
-    rounds = candidate_rounds(view.of_type("round"), str(v.get("arm")), str(v.get("mutation_id")))
+    rounds = candidate_rounds(view.payloads("round", RoundRecord), str(v.get("arm")), str(v.get("mutation_id")))
     fields = {k: str(v.get(k, "?")) for k in ("arm", "mutation_id", "verdict", "reason")}
-    return Verdict(**fields, use=verdict_counts(view.of_type("audit"), rounds))
+    return Verdict(**fields, use=verdict_counts(view.payloads("audit", AuditRecord), rounds))
 
 
 def run_overview(view: RunView) -> RunOverview:

@@ -4,16 +4,16 @@ Each audit of a pair records, per surface where its policy differs from the othe
 the target model's inputs show that text (sil/exec/useproof.py): proven, not provable, or
 refuted (a refuted audit is a gap). A verdict whose audits could not prove use may rest on a
 runtime that never read the change, so every view shows these counts beside the verdicts.
-Plain data over ledger payloads (no pydantic), so the quick status reading can use it too.
 
-    per_surface = surface_counts(audit_payloads)      # {"wrapper_prompt": {"proven": 4, ...}}
-    words(verdict_counts(audit_payloads, rounds))      # "proven 2, not provable 2"
+    per_surface = surface_counts(view.payloads("audit", AuditRecord))   # {"wrapper_prompt": {"proven": 4, ...}}
+    words(verdict_counts(audits, rounds))                                # "proven 2, not provable 2"
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+
+from sil.integrity.records import AuditRecord, RoundRecord
 
 KINDS = ("proven", "not_provable", "refuted")
 NOT_PROVABLE_MEANS = (
@@ -26,34 +26,29 @@ NOT_PROVABLE_MEANS = (
 NOT_PROVABLE_SHORT = "not provable = the audit cannot show that the runtime read the change"
 
 
-def _uses(audit: Mapping[str, Any]) -> dict[str, str]:
-    use = audit.get("use")
-    return {s: u for s, u in use.items() if u in KINDS} if isinstance(use, Mapping) else {}
-
-
-def surface_counts(audits: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def surface_counts(audits: Iterable[AuditRecord]) -> dict[str, dict[str, int]]:
     """Per surface, how many pair audits proved, could not prove, or refuted its use."""
     out: dict[str, dict[str, int]] = {}
     for audit in audits:
-        for surface, use in _uses(audit).items():
+        for surface, use in audit.use.items():
             row = out.setdefault(surface, dict.fromkeys(KINDS, 0))
             row[use] += 1
     return dict(sorted(out.items()))
 
 
-def verdict_counts(audits: Iterable[Mapping[str, Any]], rounds: Collection[str]) -> dict[str, int]:
+def verdict_counts(audits: Iterable[AuditRecord], rounds: Collection[str]) -> dict[str, int]:
     """The use counts of the audits of a candidate's rounds, over every surface they differ on."""
     counts = dict.fromkeys(KINDS, 0)
     for audit in audits:
-        if audit.get("round") in rounds:
-            for use in _uses(audit).values():
+        if audit.round in rounds:
+            for use in audit.use.values():
                 counts[use] += 1
     return counts
 
 
-def candidate_rounds(rounds: Iterable[Mapping[str, Any]], arm: str, mutation_id: str) -> set[str]:
+def candidate_rounds(rounds: Iterable[RoundRecord], arm: str, mutation_id: str) -> set[str]:
     """The round numbers of one candidate (an arm's mutation; two arms may try the same edit)."""
-    return {r["round"] for r in rounds if r.get("arm") == arm and r.get("mutation_id") == mutation_id}
+    return {r.round for r in rounds if r.arm == arm and r.mutation_id == mutation_id}
 
 
 def words(counts: Mapping[str, int]) -> str:

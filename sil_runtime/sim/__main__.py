@@ -135,22 +135,6 @@ def simulate(
         theta = params.hashed_scale * theta + mechanism_field(policies.documents, dims, seed_ids, params)
         notes_per_seed = highlights(policies.documents, dims, seed_ids, params, args.audit_id)
     scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)[rows]
-    seeds, notes_per_seed = seeds[rows], notes_per_seed[rows]
-    # The world's latent scale is "higher is worse"; the judge reports a good-high dimension on
-    # its rubric's own scale, where a high score is good.
-    for k, dim in enumerate(rubric):
-        if dim.direction == "higher_is_better":
-            scores[:, k] = GOOD_HIGH_FLIP - scores[:, k]
-    samples = [
-        SampleEvidence(
-            seed_id=seed.id,
-            scores={d: (None if math.isnan(v) else float(v)) for d, v in zip(dims, row, strict=True)},
-            policy_hashes=dict(policies.hashes),
-            highlights=notes,
-        )
-        for seed, row, notes in zip(seeds, scores, notes_per_seed, strict=True)
-    ]
-    dropped = [d for d, col in zip(dims, scores.T, strict=True) if np.isnan(col).all()]
     notes = [
         SIMULATED_NOTE,
         f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
@@ -158,10 +142,45 @@ def simulate(
         *policies.warnings,
     ]
     if args.seed_set == "heldout":
-        notes.append(f"held-out seeds {[s.id for s in seeds]}, scored in a world over search + held-out seeds")
+        notes.append(f"held-out seeds {[s.id for s in seeds[rows]]}, scored in a world over search + held-out seeds")
+    higher = {d.name for d in rubric if d.direction == "higher_is_better"}
+    judged = JudgedScores(dims, higher, scores, notes_per_seed[rows])
+    return evidence_of(seeds[rows], judged, policies, notes, args.judge_resamples)
+
+
+@dataclass(frozen=True)
+class JudgedScores:
+    """One audit's latent scores per seed row and dimension column ("higher is worse"), with the
+    dimensions a judge reports the other way round and the highlights it wrote per seed."""
+
+    dims: list[str]
+    higher_better: set[str]
+    scores: np.ndarray
+    notes_per_seed: list[list[Highlight]]
+
+
+def evidence_of(
+    seeds: list[prepare.Seed], judged: JudgedScores, policies: LoadedPolicies, notes: list[str], judge_resamples: int
+) -> Evidence:
+    """The audit's evidence: each seed's scores as its judge reports them (a good-high dimension on
+    its rubric's own scale, where a high score is good), the loaded policies' hashes, the notes."""
+    scores = judged.scores.copy()
+    for k, dim in enumerate(judged.dims):
+        if dim in judged.higher_better:
+            scores[:, k] = GOOD_HIGH_FLIP - scores[:, k]
+    samples = [
+        SampleEvidence(
+            seed_id=seed.id,
+            scores={d: (None if math.isnan(v) else float(v)) for d, v in zip(judged.dims, row, strict=True)},
+            policy_hashes=dict(policies.hashes),
+            highlights=highlights_of_seed,
+        )
+        for seed, row, highlights_of_seed in zip(seeds, scores, judged.notes_per_seed, strict=True)
+    ]
+    dropped = [d for d, col in zip(judged.dims, scores.T, strict=True) if np.isnan(col).all()]
     if dropped:
-        notes.append(f"simulated judge returned no score for dimension(s) {dropped}")
-    calls = Usage(model_calls=len(seeds) * (2 + args.judge_resamples))  # auditor, target, judge(s)
+        notes = [*notes, f"simulated judge returned no score for dimension(s) {dropped}"]
+    calls = Usage(model_calls=len(seeds) * (2 + judge_resamples))  # auditor, target, judge(s)
     return Evidence(backend="sim", simulated=True, runtime=RUNTIME, samples=samples, notes=notes, usage=calls)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,6 @@ import pytest
 from bench import gates
 from bench.gates import Cell, load_setup, simulate_run
 from bench.metrics import WaldPoint, aggregate, by_kind, format_by_kind, in_stream_point, wald_bound_rounds
-from bench.procedures import ending_of
 from bench.simrun import RunSummary, SimRun
 from bench.validity import null_promotion, one_replicate
 from sil.stats.gate import Ending
@@ -23,11 +23,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def setup():
-    # the FWER design: these tests check its run-level alpha budget (two-stage: test_two_stage_*)
+    # the FWER design: these tests check its run-level alpha budget (two-stage: test_two_stage_*);
+    # a 5-round certification, so that the certified methods fit the tiny budgets
     methods = gates.METHODS + gates.VARIANTS
-    return load_setup(REPO / "program.md", methods, with_aux=False, overrides={"error_design": "fwer"})
+    full = load_setup(REPO / "program.md", methods, with_aux=False, overrides={"error_design": "fwer"})
+    return replace(full, certify_audits=10)
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_two_stage_loop_gate_certifies_what_it_keeps_within_budget():
     setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
     assert setup.promotion.error_design == "two_stage" and setup.certify_audits == 140
@@ -41,6 +44,7 @@ def test_two_stage_loop_gate_certifies_what_it_keeps_within_budget():
             assert s.final_target == 0.0  # not certified: rolled back to the start
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_the_certified_oracle_keeps_only_harmless_gains_and_certifies_them():
     setup = load_setup(REPO / "program.md", ("oracle_certified", "oracle"), with_aux=False)
     for run in range(3):
@@ -64,6 +68,7 @@ def test_setup_uses_target_and_critical_dims_of_the_contract(setup):
     assert setup.cell_promotion(Cell("none", 0.0, 600), "elond").error_control == "elond"
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_every_procedure_runs_within_budget_on_the_same_stream(setup):
     out = simulate_run(setup, Cell("calibrated", 0.5, 80), run=3)
     assert set(out) == set(setup.methods)
@@ -77,6 +82,7 @@ def test_every_procedure_runs_within_budget_on_the_same_stream(setup):
         assert out[name].alpha_spent <= setup.promotion.alpha_run + 1e-12
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_runs_are_reproducible(setup):
     cell = Cell("up trend", 0.0, 60)
     assert simulate_run(setup, cell, run=1) == simulate_run(setup, cell, run=1)
@@ -160,6 +166,7 @@ def test_validity_replicate_tests_both_levels_on_a_null(setup):
     assert kept[0.01] <= kept[0.05]  # the 0.01 boundaries lie outside the 0.05 ones
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
     gates.main(
         [
@@ -175,6 +182,8 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
             "2",
             "--jobs",
             "1",
+            "--certify-rounds",
+            "5",
             "--out",
             str(tmp_path),
         ]
@@ -186,6 +195,7 @@ def test_cli_prints_tables_and_acceptance(capsys, tmp_path):
     assert "Where the candidate audits went" not in text  # only with --by-kind
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_by_kind_accounts_every_candidate_audit_to_its_type(setup):
     runs = [simulate_run(setup, Cell("calibrated", 0.0, 120), run=r)["loop_gate"] for r in range(3)]
     rows = by_kind("loop_gate", runs)
@@ -197,14 +207,31 @@ def test_by_kind_accounts_every_candidate_audit_to_its_type(setup):
         assert sum(ended.values()) == pytest.approx(1.0), row
         assert ended.get("keep", 0.0) == pytest.approx(row.keep_rate)
         assert "other" not in ended  # every loop-gate reason has a name
+        assert set(ended) <= {e.value for e in Ending}  # the judge's kind of ending, never a reading of a reason
     assert "| loop_gate | null |" in format_by_kind(rows)
 
 
-@pytest.mark.parametrize("ending", list(Ending))
-def test_ending_is_the_kind_the_judge_gave_never_a_reading_of_the_reason(ending):
-    verdict = {Ending.KEEP: "keep", Ending.CONTINUE: "continue"}.get(ending, "revert")
-    outcome = Outcome(verdict=verdict, reason="futility: worded otherwise", kind="confirm", ending=ending)
-    assert ending_of(outcome) == ending.value
+def test_previous_says_how_far_each_row_moved_from_an_earlier_file(setup, tmp_path):
+    cell = Cell("calibrated", 0.0, 300)
+    runs = [simulate_run(replace(setup, methods=("oracle",)), cell, run=r)["oracle"] for r in range(2)]
+    row = aggregate("oracle", runs, 0.8)
+    earlier = {**row.__dict__, "final_target": row.final_target + 0.5}
+    path = tmp_path / "gates.json"
+    path.write_text(json.dumps({"cells": [{"world": "calibrated", "rho": 0.0, "budget": 300, "rows": [earlier]}]}))
+    table = gates.moved_table(gates.previous_cells(path), gates.moved_rows({cell: [row]}))
+    assert (
+        f"| calibrated, rho 0, budget 300 oracle | {row.final_target + 0.5:+.3f} → {row.final_target:+.3f} (-0.500"
+        in table
+    )
+    with pytest.raises(SystemExit, match="not a bench.gates results file"):
+        gates.previous_cells(tmp_path / "missing.json")
+
+
+def test_a_budget_that_cannot_pay_the_loops_certification_is_refused_before_any_run():
+    setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
+    with pytest.raises(SystemExit, match="--budgets 150 cannot pay loop_gate's calibration"):
+        gates.refuse_unpayable(setup, [Cell("calibrated", 0.0, 150)])
+    gates.refuse_unpayable(setup, [Cell("calibrated", 0.0, 300)])  # 24 + 140 leave the gate arm 136
 
 
 def test_an_outcome_cannot_keep_with_a_reverting_rule():
@@ -212,6 +239,7 @@ def test_an_outcome_cannot_keep_with_a_reverting_rule():
         Outcome(verdict="keep", reason="x", kind="confirm", ending=Ending.FUTILITY)
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_cli_by_kind_table_is_printed_and_written(capsys, tmp_path):
     args = "--runs 2 --budgets 60 --worlds calibrated --rhos 0 --validity-reps 1 --jobs 1 --methods loop_gate --certify-rounds 5"
     gates.main([*args.split(), "--by-kind", "--out", str(tmp_path)])
@@ -240,6 +268,7 @@ def test_harm_is_scored_with_the_contract_tolerance(setup):
         SimRun(world, [], 10, "t", [1, 2])
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_every_grid_world_runs(setup):
     for world in gates.GRID_WORLDS:
         out = simulate_run(setup, Cell(world, 0.0, 40), run=2)
@@ -274,6 +303,7 @@ def test_many_to_one_rounds_share_the_champion_audit_and_stay_in_budget(setup):
         )
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 def test_the_two_stage_gate_is_held_to_its_own_guarantee_and_the_fwer_gate_to_its_own():
     setup = load_setup(REPO / "program.md", ("loop_gate", "loop_gate_fwer", "oracle"), with_aux=False)
     cell = Cell("calibrated", 0.0, 300)
@@ -289,6 +319,7 @@ def test_the_two_stage_gate_is_held_to_its_own_guarantee_and_the_fwer_gate_to_it
     assert not fwer.admissible(0.1)
 
 
+@pytest.mark.slow  # whole runs of the product's loop
 @pytest.mark.parametrize("method", ["posterior_true", "posterior_learned"])
 def test_posterior_references_certify_what_they_keep_within_budget(method):
     setup = load_setup(REPO / "program.md", (method,), with_aux=False)

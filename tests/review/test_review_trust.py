@@ -138,19 +138,41 @@ def test_2_candidates_of_two_arms_with_one_mutation_id_keep_their_own_rounds(tmp
         "mutation_id": "9baa33b1d33b",
         "surface": "wrapper_prompt",
         "path": "sections.x",
+        "value": "Say so when a tool fails.",
         "hypothesis": "h",
-        "evidence": [],
-        "expected_effect": {},
+        "evidence": ["e"],
+        "expected_effect": {TARGET: -0.5},
+        "rollback_condition": "revert if the target does not improve",
+        "proposer": "test",
     }
     recs = [
-        SimpleNamespace(type="mutation", payload={"arm": a, "index": 0, "mutation": mutation})
+        SimpleNamespace(
+            type="mutation",
+            seq=0,
+            payload={
+                "arm": a,
+                "index": 0,
+                "mutation": mutation,
+                "candidate_set": "c",
+                "parent_set": "p",
+                "value_hash": "v",
+            },
+        )
         for a in ("random", "gate")
     ]
     for arm, diffs in (("random", (0.2, 0.24)), ("gate", (0.8, 0.96))):
         recs += [
             SimpleNamespace(
                 type="round",
-                payload={"arm": arm, "round": f"{arm}-r{i}", "mutation_id": "9baa33b1d33b", "diff": {TARGET: d}},
+                seq=1,
+                payload={
+                    "arm": arm,
+                    "round": f"{arm}-r{i}",
+                    "kind": "confirm",
+                    "mutation_id": "9baa33b1d33b",
+                    "diff": {TARGET: d},
+                    "n_seeds": {TARGET: 10},
+                },
             )
             for i, d in enumerate(diffs)
         ]
@@ -379,12 +401,40 @@ def test_6_one_round_rows_get_an_interval_from_the_noise_floor() -> None:
     assert e.lo is not None and e.hi is not None and e.lo < 0.5 < e.hi
 
 
+def audit_payload(audit_id: str, log_path: str) -> dict[str, object]:
+    """A whole audit record's payload, as the ledger holds it."""
+    from sil.integrity.records import AuditRecord
+    from sil_policy.evidence import Usage
+
+    record = AuditRecord(
+        audit_id=audit_id,
+        arm="gate",
+        round="r",
+        role="cand",
+        policy_set="s",
+        tick=0,
+        status="ok",
+        gap_reason=None,
+        scores={},
+        missing={},
+        sample_counts={},
+        loaded_policy_hashes={},
+        usage=Usage(),
+        wall_s=1.0,
+        backend="inspect",
+        simulated=False,
+        log_path=log_path,
+        diagnostics=[],
+    )
+    return record.model_dump(mode="json")
+
+
 def test_7_one_command_opens_every_audit_log_of_a_run(tmp_path) -> None:
     from sil.review.report import audit_logs
     from sil.review.runview import RunView
 
     logs = [tmp_path / "audits" / f"a{i}" / "logs" / "x.eval" for i in range(3)]
-    recs = [SimpleNamespace(type="audit", payload={"log_path": str(p)}) for p in logs]
+    recs = [SimpleNamespace(type="audit", seq=i, payload=audit_payload(f"a{i}", str(p))) for i, p in enumerate(logs)]
     view = RunView(run_dir=tmp_path, state=None, records=recs, contract=None)  # type: ignore[arg-type]
     assert audit_logs(view) == f"inspect view --log-dir {tmp_path / 'audits'}"
     sim = RunView(run_dir=tmp_path, state=None, records=[], contract=None)
