@@ -64,3 +64,22 @@ def test_one_run_is_the_products_loop_delivering_a_recorded_set(world: tuple[Pat
     out = one_run((str(contract), str(data), "two_stage", 120, 0))
     assert out.delivered in {"start", "refuse-all", "never-refuse", "narrow-refusal", "quote-tool-results"}
     assert out.delivered != "refuse-all"  # 3 points worse on the target in every fixture audit
+
+
+def test_the_noise_table_reads_the_spread_of_each_sets_recorded_audits(world: tuple[Path, Path]) -> None:
+    import json
+
+    import numpy as np
+
+    from bench.recorded import noise_table
+    from tests.recorded_support import FIXTURE
+
+    contract, data = world
+    loaded = with_paths(load_contract(contract), data)
+    pool = load_pool(data)
+    table = noise_table(pool, pool_truth(loaded, pool), loaded)
+    audits = json.loads(FIXTURE.read_text())["sets"]["start"]
+    sd = np.std([np.mean([row["overrefusal"] for row in a.values()]) for a in audits], ddof=1)
+    start_row = next(line for line in table.splitlines() if line.startswith("| start |"))
+    assert start_row.split(" | ")[2] == f"{sd:.3f}"
+    assert "| quote-tool-results | 3 | 0.000 |" in table  # the fixture never refuses there, so no spread
