@@ -500,13 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    before = previous_cells(args.previous) if args.previous else None  # read before the output overwrites it
-    runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
-    reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
-    if runs < 2 or reps < 1 or args.first_run < 0:
-        raise SystemExit("--runs must be >= 2, --validity-reps >= 1 and --first-run >= 0")
+def setup_from_args(args: argparse.Namespace) -> Setup:
+    """The contract's setup with the command line's methods, overrides and certification settings."""
     methods = tuple(args.methods or METHODS + (VARIANTS if args.variants else ()))
     setup = load_setup(args.contract, methods, args.aux, promotion_overrides(args.set))
     if args.certify_rounds is not None:
@@ -522,6 +517,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "--posterior-rule needs 0 <= DROP_P < KEEP_P <= 1, a whole MAX_ROUNDS >= 1 and HARM_SLACK >= 0"
             )
         setup = replace(setup, posterior_rule=(keep_p, drop_p, int(rounds), slack))
+    return setup
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    before = previous_cells(args.previous) if args.previous else None  # read before the output overwrites it
+    runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
+    reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
+    if runs < 2 or reps < 1 or args.first_run < 0:
+        raise SystemExit("--runs must be >= 2, --validity-reps >= 1 and --first-run >= 0")
+    setup = setup_from_args(args)
     alpha_run = setup.promotion.alpha_run
     worlds = [w for name in args.worlds for w in (GRID_WORLDS if name == "grid" else (name,))]
     for name in worlds:
