@@ -43,8 +43,7 @@ from sil.exec.backends.recordedpool import Draws, Pool, RecordedError, load_pool
 from sil.exec.measure import AuditBackend, AuditRequest, AuditResult, GapError, MeasureContext
 from sil.integrity.records import VerdictRecord
 from sil.policies.store import read_policy_dir
-from sil.run.context import RunContext
-from sil.run.train import RunConfig, open_run, run_phases
+from sil.run.train import run_phases
 from sil.search.proposers.catalogue import load_catalogue
 from sil.search.proposers.recorded import recorded_sets
 from sil_policy import SURFACES
@@ -84,25 +83,12 @@ class RecordedLoopRun(LoopRun):
 
     def __init__(self, loaded: LoadedContract, pool: Pool) -> None:
         self.pool = pool
-        super().__init__(loaded)
+        super().__init__(loaded, executor=self.replay)
 
-    def open(self) -> RunContext:
-        holder: dict[str, ReplayInProcess] = {}
-
-        def execute(reqs: list[AuditRequest]) -> list[AuditResult]:
-            return holder["replay"](reqs)
-
-        cfg = RunConfig(
-            repo_root=self.root,
-            run_dir=self.root / "state" / "runs" / "bench",
-            policy_dir=REPO / "state" / "policies",
-            on_event=self.on_event,
-            execute=execute,
-        )
-        rc = open_run(self.loaded, cfg, "bench-" + "0" * 58)
+    def replay(self, ctx: MeasureContext, backend: AuditBackend) -> ReplayInProcess:
+        """The executor: this run's draws of the pool, kept in its folder (a resume replays them)."""
         draws = Draws(self.root / "recorded_draws.json", self.loaded.contract.seed)
-        holder["replay"] = ReplayInProcess(rc.measure, rc.backend, self.pool, draws)
-        return rc
+        return ReplayInProcess(ctx, backend, self.pool, draws)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from filelock import FileLock
 
 from sil.contract.prepare import SEED_FOLDERS, SeedSet
 from sil.integrity.gitrefs import REF_PREFIX, CheckpointError, Git, anchor_repo
-from sil.integrity.ledger import GENESIS, Record, VerifyReport, canonical, read_records_of, record_hash, verify_bytes
+from sil.integrity.ledger import GENESIS, Record, VerifyReport, canonical, next_record, read_records_of, verify_bytes
 from sil.integrity.records import HoldoutResultRecord, HoldoutSpendRecord, Payload, record_type
 
 HOLDOUT_REF = f"{REF_PREFIX}/_holdout"
@@ -110,17 +109,7 @@ def append_holdout(
 
 
 def _make(last: Record | None, type_: str, body: dict[str, Any], simulated: bool) -> Record:
-    fields: dict[str, Any] = {
-        "seq": 0 if last is None else last.seq + 1,
-        "prev": GENESIS if last is None else last.hash,
-        "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        "run_id": HOLDOUT_RUN_ID,
-        "type": type_,
-        "offline": simulated,
-        "simulated": simulated,
-        "payload": body,
-    }
-    return Record(**fields, hash=record_hash(fields))
+    return next_record(last, type_, body, HOLDOUT_RUN_ID, offline=simulated, simulated=simulated)
 
 
 def verify_holdout(root: Path) -> VerifyReport:

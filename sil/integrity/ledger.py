@@ -49,6 +49,23 @@ P = TypeVar("P", bound=Payload)
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def next_record(
+    last: Record | None, type_: str, body: dict[str, Any], run_id: str, *, offline: bool, simulated: bool
+) -> Record:
+    """The record that follows `last` in a hash chain (the first one when `last` is None)."""
+    fields: dict[str, Any] = {
+        "seq": 0 if last is None else last.seq + 1,
+        "prev": GENESIS if last is None else last.hash,
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "run_id": run_id,
+        "type": type_,
+        "offline": offline,
+        "simulated": simulated,
+        "payload": body,
+    }
+    return Record(**fields, hash=record_hash(fields))
+
+
 class LedgerError(RuntimeError):
     """The ledger cannot be appended to safely (I/O or fsync failure, bad record)."""
 
@@ -202,17 +219,7 @@ class Ledger:
         return record
 
     def _make(self, last: Record | None, type_: str, body: dict[str, Any], run_id: str) -> Record:
-        fields: dict[str, Any] = {
-            "seq": 0 if last is None else last.seq + 1,
-            "prev": GENESIS if last is None else last.hash,
-            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "run_id": run_id,
-            "type": type_,
-            "offline": self.offline,
-            "simulated": self.simulated,
-            "payload": body,
-        }
-        return Record(**fields, hash=record_hash(fields))
+        return next_record(last, type_, body, run_id, offline=self.offline, simulated=self.simulated)
 
     def _repair_and_read_last(self, fd: int, run_id: str) -> Record | None:
         """Return the last complete record, cutting a torn tail first if there is one."""
