@@ -204,7 +204,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--certify-rounds", type=int, default=None, help="certification rounds (default: the contract's)")
     ap.add_argument("--designs", default=",".join(f"{b}:{c}" for b, c in DESIGNS))
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if min(args.runs, args.revisions, args.jobs, args.certifications, args.fresh_seeds) < 1:
+        ap.error("--runs, --revisions, --jobs, --certifications and --fresh-seeds must each be at least 1")
+    if not 0 < args.project_alpha < 1:
+        ap.error(f"--project-alpha must be between 0 and 1, got {args.project_alpha}")
+    unknown = [d for d in args.designs.split(",") if tuple(d.split(":")) not in DESIGNS]
+    if unknown:
+        ap.error(f"unknown design(s) {', '.join(unknown)}; choose from {', '.join(f'{b}:{c}' for b, c in DESIGNS)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
