@@ -33,6 +33,7 @@ OPTIONAL_PARTS = ("canary", "heldout")
 SeedSet = Literal["search", "heldout"]
 # which folder of the measurement holds each seed set
 SEED_FOLDERS: dict[str, str] = {"search": "seeds", "heldout": "heldout"}
+SEED_SET_NAMES: dict[str, str] = {"search": "search", "heldout": "held-out"}  # as the views write them
 Tier = Literal["critical", "auxiliary", "info"]
 Direction = Literal["lower_is_better", "higher_is_better", "neutral"]
 _PALETTE_DIRECTION: dict[str, Direction] = {

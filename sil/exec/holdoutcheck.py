@@ -23,7 +23,6 @@ CLAIMS = {
     "heldout": "on the held-out seeds themselves (fresh audits each certification)",
     "fresh": "on seeds the project never used (the held-out seeds read as a sample of seeds)",
 }
-SET_NAMES = {"heldout": "held-out", "search": "search"}
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sil.contract.prepare import SEED_SET_NAMES
 from sil.integrity.gitrefs import CheckpointError
 from sil.integrity.holdout import HoldoutUse, holdout_records, holdout_uses, verify_holdout
 from sil.integrity.ledger import LedgerError
-
-SET_NAMES = {"heldout": "held-out", "search": "search"}
 
 
 def holdout_lines(root: Path) -> list[str]:
@@ -32,7 +31,7 @@ def describe_use(use: HoldoutUse) -> str:
     error spent 0.0333 of project alpha 0.05"."""
     budget = f"of project alpha {use.budget:g}" if use.budget is not None else "(no project budget: per-run guarantees)"
     return (
-        f"{SET_NAMES.get(use.seed_set, use.seed_set)} set {use.set_hash[:12]} ({len(use.seeds)} seeds): "
+        f"{SEED_SET_NAMES.get(use.seed_set, use.seed_set)} set {use.set_hash[:12]} ({len(use.seeds)} seeds): "
         f"{use.certifications} certification(s) ({use.delivering} delivering, {use.certified} certified) "
         f"by {len(use.runs)} run(s); error spent {use.spent:.4g} {budget}"
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sil.contract.prepare import SeedSet
+from sil.contract.prepare import SEED_SET_NAMES, SeedSet
 from sil.integrity.records import CertifyLeg, CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
 from sil.run.context import RunContext
 from sil.run.holdout import record_result, reserve
@@ -31,7 +31,6 @@ from sil.store.events import CertificationStopped, RolledBack
 from sil.store.runstate import ArmState, RoundKind
 
 INTERVAL_LEVEL = 0.9
-SEED_SET_NAMES: dict[str, str] = {"search": "search", "heldout": "held-out"}
 
 
 @dataclass(frozen=True)
