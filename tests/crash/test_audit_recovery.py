@@ -136,7 +136,9 @@ def test_dead_unfinished_audit_is_set_aside_and_rerun(ctx, req) -> None:
         ctx,
         "import os, time\nopen(os.environ['SIL_AUDIT_DIR'] + '/evidence.json', 'w').write('{\"torn')\ntime.sleep(60)",
     )
-    wait_for(lambda: (req.audit_dir / "evidence.json").exists())  # it has begun writing
+    torn = req.audit_dir / "evidence.json"
+    # open() creates the file before the write lands: wait for the bytes, not the name
+    wait_for(lambda: torn.exists() and torn.read_text() == '{"torn')
     os.killpg(proc.pid, 9)  # the machine lost it: no exit status was logged
     proc.wait()
     status = attempts.await_attempt(req.audit_dir, 30)  # until the killed group is gone
