@@ -43,7 +43,7 @@ def unbacked(text: str, outside: bool) -> list[str]:
             continue
         bad += [f"{f} (not in {name})" for f in sorted(numbers(body) - file_numbers(path))]
     if outside:
-        everywhere = set().union(*(file_numbers(p) for p in RESULTS.glob("*.md")))
+        everywhere = set().union(*(file_numbers(p) for p in RESULTS.rglob("*.md")))
         rest = BLOCK.sub(" ", text)
         bad += [
             f"{f} (outside a figures block, in no results file)" for f in sorted(numbers(rest, MEASURED) - everywhere)
@@ -52,7 +52,7 @@ def unbacked(text: str, outside: bool) -> list[str]:
 
 
 def test_every_results_file_says_how_it_was_made():
-    files = sorted(RESULTS.glob("*.md"))
+    files = sorted(RESULTS.rglob("*.md"))
     assert files, "docs/results/ holds no results file"
     for path in files:
         head = path.read_text(encoding="utf-8")[:3000]
