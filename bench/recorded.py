@@ -233,6 +233,8 @@ def row(design: str, outcomes: list[RunOutcome], oracle: float) -> dict[str, Any
         "p_worse": round(float(np.mean([o.worse for o in outcomes])), 4),
         "p_any_false_keep": round(float(np.mean([o.false_keeps > 0 for o in outcomes])), 4),
         "oracle_final_target": round(oracle, 4),
+        # the share of the best admissible set's improvement delivered (none to share if no set improves)
+        "oracle_share": round(float(t.mean()) / oracle, 3) if oracle < 0 else None,
         "certified_share": None if not certs else round(float(np.mean(certs)), 3),
         "keeps_per_run": round(float(np.mean([o.keeps for o in outcomes])), 3),
         "delivered": dict(sorted(delivered.items())),
@@ -306,15 +308,17 @@ def noise_table(pool: Pool, truth: Truth, loaded: LoadedContract) -> str:
 
 def render(rows: list[dict[str, Any]], head: str, truth: Truth, loaded: LoadedContract, budget: int, noise: str) -> str:
     table = [
-        "| design | runs | final_target (± SE) | p_worse | p_any_false_keep | oracle_final_target | certified_share | KEEPs/run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| design | runs | final_target (± SE) | p_worse | p_any_false_keep | oracle_final_target | share of oracle "
+        "| certified_share | KEEPs/run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+        share = "—" if r["oracle_share"] is None else f"{r['oracle_share']:.2f}"
         se = "—" if r["final_target_se"] is None else f"{r['final_target_se']:.3f}"
         table.append(
             f"| {r['design']} | {r['runs']} | {r['final_target']:+.3f} ± {se} "
-            f"| {r['p_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['oracle_final_target']:+.3f} | {cert} "
+            f"| {r['p_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['oracle_final_target']:+.3f} | {share} | {cert} "
             f"| {r['keeps_per_run']:.2f} |"
         )
     delivered = [f"- {r['design']}: {r['delivered']}" for r in rows]

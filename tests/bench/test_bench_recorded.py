@@ -56,6 +56,8 @@ def test_a_row_counts_worse_runs_false_keeps_and_certifications() -> None:
     assert r["final_target"] == pytest.approx(1.7 / 4)
     assert (r["p_worse"], r["p_any_false_keep"], r["certified_share"]) == (0.25, 0.5, pytest.approx(2 / 3, abs=1e-3))
     assert r["delivered"] == {"never-refuse": 1, "refuse-all": 1, "start": 2}
+    assert r["oracle_share"] == pytest.approx((1.7 / 4) / -0.4, abs=1e-3)  # worse than the start: a negative share
+    assert row("two_stage", outcomes, 0.0)["oracle_share"] is None  # no set improves: nothing to share
 
 
 @pytest.mark.slow
