@@ -5,12 +5,12 @@
 Needs the `[local]` extra (`make local`). Starts SmolLM2-135M-Instruct on 127.0.0.1 (the port of
 the recording contract, data/recorded/contract.md), proves once that every searched surface
 reaches the target (the loop's own wiring preflight), then audits the start and each set of the
-sets file through the product's audit path (`sil.exec.measure.run_audit`, backend `petri`: the
-scripted auditor, the real target inside the reference runtime, the rule-based judge), round
-robin until each set has `--audits` usable audits. Each finished audit is appended to the data
-file at once, with its per-seed scores (or its gap's reason) and its provenance, so a killed
-recorder loses at most the audits in flight (SIGTERM or Ctrl-C finishes and records them first);
-run the same command again to go on.
+sets file (`--only SET...`: just those) through the product's audit path (`run_audit`, backend
+`petri`: the scripted auditor, the real target inside the reference runtime, the rule-based
+judge), round robin until each set has `--audits` usable audits. Each finished audit is appended
+to the data file at once, with its per-seed scores (or its gap's reason) and its provenance, so
+a killed recorder loses at most the audits in flight (SIGTERM or Ctrl-C finishes and records
+them first); run the same command again to go on.
 """
 
 from __future__ import annotations
@@ -139,6 +139,16 @@ def plan(
     return out
 
 
+def chosen(sets: list[RecordedSet], only: list[str] | None) -> list[RecordedSet]:
+    """The sets named by --only (all of them without it), in the sets file's order."""
+    if not only:
+        return sets
+    names = [s.name for s in sets]
+    if unknown := sorted(set(only) - set(names)):
+        raise SystemExit(f"--only names no set of the sets file: {', '.join(unknown)}; the sets are {', '.join(names)}")
+    return [s for s in sets if s.name in only]
+
+
 def preflight(ctx: MeasureContext, backend: AuditBackend, start: RecordedSet, work: Path) -> None:
     """The loop's wiring preflight, once: every searched surface must reach the real target."""
     report = run_preflight(ctx, start.directory, work / f"preflight-{uuid.uuid4().hex[:8]}", backend)
@@ -174,7 +184,7 @@ def record(args: argparse.Namespace, loaded: LoadedContract, prov: Provenance) -
     for rec in read_records(args.out) if args.out.exists() else []:
         if rec.status == "ok" and rec.provenance.contract_hash == prov.contract_hash:
             done[(rec.set, rec.seed_set)] = done.get((rec.set, rec.seed_set), 0) + 1
-    todo = plan(sets, done, args.audits, args.seed_sets, args.in_flight)
+    todo = plan(chosen(sets, args.only), done, args.audits, args.seed_sets, args.in_flight)
     print(f"{len(todo)} audits to record ({sum(done.values())} already in {args.out})", flush=True)
     with ThreadPoolExecutor(max_workers=args.in_flight) as pool:
         running: dict[Future[tuple[AuditRequest, AuditResult]], RecordedSet] = {}
@@ -213,6 +223,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--audits", type=int, default=30, help="usable audits wanted per set and seed set")
     ap.add_argument("--sets", type=Path, default=DATA / "sets.yaml")
+    ap.add_argument("--only", nargs="+", metavar="SET", help="record only these sets (e.g. a new one to try)")
     ap.add_argument("--contract", type=Path, default=DATA / "contract.md")
     ap.add_argument("--out", type=Path, default=DATA / "audits.jsonl")
     ap.add_argument("--work", type=Path, default=Path("/tmp/sil-recorded"), help="audit folders and logs (not kept)")

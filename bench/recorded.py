@@ -179,6 +179,7 @@ class RunOutcome:
     false_keeps: int
     certified: bool | None
     keeps: int
+    kept: tuple[str, ...] = ()  # the sets the gate kept (KEEP verdicts), in order, certified or not
 
 
 def one_run(task: tuple[str, str, str, int, int]) -> RunOutcome:
@@ -194,6 +195,7 @@ def one_run(task: tuple[str, str, str, int, int]) -> RunOutcome:
             raise RuntimeError(f"the loop halted on the recorded world: {state.halt_reason}")
         delivered = truth.name_of(lr.delivered("gate"))
         verdicts = [v for v in lr.rc.book.payloads("verdict", VerdictRecord) if v.arm == "gate" and v.verdict == "keep"]
+        kept = tuple(truth.name_of(lr.documents(v.candidate_set)) for v in verdicts)
         false = sum(
             truth.change(truth.name_of(lr.documents(v.candidate_set)), target)
             >= truth.change(truth.name_of(lr.documents(v.parent_set)), target)
@@ -207,6 +209,7 @@ def one_run(task: tuple[str, str, str, int, int]) -> RunOutcome:
             false_keeps=int(false),
             certified=None if cert is None else cert.certified,
             keeps=lr.rc.state.arms["gate"].keeps,
+            kept=kept,
         )
 
 
@@ -223,8 +226,11 @@ def row(design: str, outcomes: list[RunOutcome], oracle: float) -> dict[str, Any
     t = np.array([o.final_target for o in outcomes])
     certs = [o.certified for o in outcomes if o.certified is not None]
     delivered: dict[str, int] = {}
+    kept: dict[str, int] = {}
     for o in outcomes:
         delivered[o.delivered] = delivered.get(o.delivered, 0) + 1
+        for name in o.kept:
+            kept[name] = kept.get(name, 0) + 1
     return {
         "design": design,
         "runs": len(outcomes),
@@ -233,9 +239,12 @@ def row(design: str, outcomes: list[RunOutcome], oracle: float) -> dict[str, Any
         "p_worse": round(float(np.mean([o.worse for o in outcomes])), 4),
         "p_any_false_keep": round(float(np.mean([o.false_keeps > 0 for o in outcomes])), 4),
         "oracle_final_target": round(oracle, 4),
+        # the share of the best admissible set's improvement delivered (none to share if no set improves)
+        "oracle_share": round(float(t.mean()) / oracle, 3) + 0.0 if oracle < 0 else None,  # + 0.0: no "-0.00"
         "certified_share": None if not certs else round(float(np.mean(certs)), 3),
         "keeps_per_run": round(float(np.mean([o.keeps for o in outcomes])), 3),
         "delivered": dict(sorted(delivered.items())),
+        "kept": dict(sorted(kept.items())),
     }
 
 
@@ -306,18 +315,21 @@ def noise_table(pool: Pool, truth: Truth, loaded: LoadedContract) -> str:
 
 def render(rows: list[dict[str, Any]], head: str, truth: Truth, loaded: LoadedContract, budget: int, noise: str) -> str:
     table = [
-        "| design | runs | final_target (± SE) | p_worse | p_any_false_keep | oracle_final_target | certified_share | KEEPs/run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| design | runs | final_target (± SE) | p_worse | p_any_false_keep | oracle_final_target | share of oracle "
+        "| certified_share | KEEPs/run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+        share = "—" if r["oracle_share"] is None else f"{r['oracle_share']:.2f}"
         se = "—" if r["final_target_se"] is None else f"{r['final_target_se']:.3f}"
         table.append(
             f"| {r['design']} | {r['runs']} | {r['final_target']:+.3f} ± {se} "
-            f"| {r['p_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['oracle_final_target']:+.3f} | {cert} "
-            f"| {r['keeps_per_run']:.2f} |"
+            f"| {r['p_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['oracle_final_target']:+.3f} | {share} | {cert} "
+            f"| {r['keeps_per_run']:.3f} |"
         )
     delivered = [f"- {r['design']}: {r['delivered']}" for r in rows]
+    kept = [f"- {r['design']}: {r['kept'] or 'none'}" for r in rows]
     return "\n".join(
         [
             head,
@@ -341,6 +353,10 @@ def render(rows: list[dict[str, Any]], head: str, truth: Truth, loaded: LoadedCo
             "Sets delivered (runs):",
             "",
             *delivered,
+            "",
+            "Sets the gate kept (KEEP verdicts over all runs, before certification):",
+            "",
+            *kept,
             "",
         ]
     )

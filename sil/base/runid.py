@@ -3,6 +3,8 @@
 A run id names `state/runs/<id>` and the refs under `refs/sil/<id>/`, so it must be one
 plain path component that is also a valid git ref component: letters, digits, '.', '_'
 and '-', starting with a letter or digit, without '..' and not ending in '.' or '.lock'.
+`project` is taken: `refs/sil/project` is the project's id, and git cannot keep a ref and
+refs under it (`refs/sil/project/checkpoints`) at once.
 
     run_dir = run_dir_under(root / "state/runs", check_run_id(run_id))   # RunIdError if not
 """
@@ -13,6 +15,7 @@ import re
 from pathlib import Path
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RESERVED_RUN_IDS = frozenset({"project"})  # names of project-level refs beside the runs' under refs/sil
 
 
 class RunIdError(ValueError):
@@ -31,6 +34,8 @@ def check_run_id(run_id: object) -> str:
             f"run id {run_id!r} is not allowed: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..' or a trailing '.'/'.lock'"
         )
+    if run_id in RESERVED_RUN_IDS:
+        raise RunIdError(f"run id {run_id!r} is taken by the project's own ref (refs/sil/{run_id}): choose another id")
     return run_id
 
 

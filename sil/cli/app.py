@@ -71,6 +71,7 @@ def _help(ctx: typer.Context, value: bool) -> None:
         raise typer.Exit()
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")]
 HelpOpt = Annotated[
     bool, typer.Option("--help", "-h", is_eager=True, callback=_help, help="Show this message and exit.")
 ]
@@ -515,13 +516,16 @@ app.add_typer(
 
 
 @project_app.command("holdout")
-def project_holdout() -> None:
+def project_holdout(as_json: JsonOpt = False) -> None:
     """Verify the project holdout ledger and show what each seed set served: certifications, error spent."""
     from sil.integrity.holdout import verify_holdout
-    from sil.review.holdoutview import holdout_lines
+    from sil.review.holdoutview import holdout_json, holdout_lines
 
     root = Path.cwd()
     report = verify_holdout(root)
+    if as_json:
+        sys.stdout.write(json.dumps(holdout_json(root, report), indent=1) + "\n")
+        raise typer.Exit(0 if report.ok else ExitCode.FAILED)
     for line in holdout_lines(root):
         out.print(escape(line), highlight=False)
     if not report.ok:
@@ -653,9 +657,6 @@ def noise(
 
 
 # ---- review: runs, status, report, compare, export (logic in sil/review/status.py, report*.py, ...)
-
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")]
 
 
 @app.command("runs", add_help_option=False)

@@ -5,12 +5,14 @@ for line in holdout_lines(root): print(line)
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from sil.contract.prepare import SEED_SET_NAMES
 from sil.integrity.gitrefs import CheckpointError
 from sil.integrity.holdout import HoldoutUse, holdout_records, holdout_uses, verify_holdout
-from sil.integrity.ledger import LedgerError
+from sil.integrity.ledger import LedgerError, VerifyReport
 
 
 def holdout_lines(root: Path) -> list[str]:
@@ -35,3 +37,15 @@ def describe_use(use: HoldoutUse) -> str:
         f"{use.certifications} certification(s) ({use.delivering} delivering, {use.certified} certified) "
         f"by {len(use.runs)} run(s); error spent {use.spent:.4g} {budget}"
     )
+
+
+def holdout_json(root: Path, report: VerifyReport) -> dict[str, Any]:
+    """`sil project holdout --json`: whether the ledger verifies, and per seed set what it served
+    (read only from a ledger that verifies)."""
+    uses = holdout_uses(holdout_records(root)) if report.ok else {}
+    return {
+        "ok": report.ok,
+        "records": report.records,
+        "errors": report.errors,
+        "sets": [asdict(use) | {"name": SEED_SET_NAMES.get(use.seed_set, use.seed_set)} for use in uses.values()],
+    }

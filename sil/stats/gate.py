@@ -349,7 +349,9 @@ def leg_result(leg: Leg, rounds: Sequence[RoundStat], looks: int, latch: bool = 
     return base.model_copy(
         update={
             "statistic": stat,
-            "boundary": -c,
+            # a look that spends nothing (many looks, a small alpha) has no finite boundary: None,
+            # so the ledger, which holds only finite JSON, can record it; the leg cannot pass there
+            "boundary": -c if math.isfinite(c) else None,
             "passed": bool(passed),
             "crossed_at": crossed_at if latch else (len(rounds) if passed else None),
         }

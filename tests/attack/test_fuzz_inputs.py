@@ -271,3 +271,34 @@ def test_ledger_refuses_hostile_run_ids(tmp_path: Path) -> None:
         with pytest.raises(LedgerError, match="run id"):
             ledger.Ledger(tmp_path / "l.jsonl", offline=True, simulated=True).append("stop", {}, run_id=bad)
     assert not (tmp_path / "l.jsonl").exists()
+
+
+def test_a_run_id_cannot_take_the_project_ref_s_name(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="taken by the project's own ref"):
+        check_run_id("project")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    blob = subprocess.run(
+        ["git", "-C", str(tmp_path), "hash-object", "-w", "--stdin"], input=b"x", capture_output=True, check=True
+    )
+    oid = blob.stdout.decode().strip()
+    tree = subprocess.run(
+        ["git", "-C", str(tmp_path), "mktree"],
+        input=f"100644 blob {oid}\tid\n".encode(),
+        capture_output=True,
+        check=True,
+    )
+    commit = subprocess.run(
+        ["git", "-C", str(tmp_path), "commit-tree", tree.stdout.decode().strip(), "-m", "id"],
+        capture_output=True,
+        check=True,
+    )
+    made = commit.stdout.decode().strip()
+    subprocess.run(["git", "-C", str(tmp_path), "update-ref", "refs/sil/project", made], check=True)
+    # why the name is taken: with the project's id in place, git refuses the run's refs under it
+    clash = subprocess.run(
+        ["git", "-C", str(tmp_path), "update-ref", "refs/sil/project/checkpoints", made],
+        capture_output=True,
+        check=False,
+    )
+    assert clash.returncode != 0
+    check_run_id("projects")  # only the exact name is taken

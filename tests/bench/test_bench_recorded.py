@@ -47,15 +47,18 @@ def test_the_truth_is_each_sets_pool_mean_and_the_oracle_the_best_admissible(wor
 
 def test_a_row_counts_worse_runs_false_keeps_and_certifications() -> None:
     outcomes = [
-        RunOutcome("never-refuse", -0.3, False, 0, True, 1),
-        RunOutcome("refuse-all", 2.0, True, 1, True, 1),
+        RunOutcome("never-refuse", -0.3, False, 0, True, 1, ("never-refuse",)),
+        RunOutcome("refuse-all", 2.0, True, 1, True, 1, ("refuse-all",)),
         RunOutcome("start", 0.0, False, 0, None, 0),
-        RunOutcome("start", 0.0, False, 1, False, 1),
+        RunOutcome("start", 0.0, False, 1, False, 1, ("refuse-all",)),
     ]
     r = row("two_stage", outcomes, -0.4)
     assert r["final_target"] == pytest.approx(1.7 / 4)
     assert (r["p_worse"], r["p_any_false_keep"], r["certified_share"]) == (0.25, 0.5, pytest.approx(2 / 3, abs=1e-3))
     assert r["delivered"] == {"never-refuse": 1, "refuse-all": 1, "start": 2}
+    assert r["kept"] == {"never-refuse": 1, "refuse-all": 2}  # refuse-all: kept twice, certified once
+    assert r["oracle_share"] == pytest.approx((1.7 / 4) / -0.4, abs=1e-3)  # worse than the start: a negative share
+    assert row("two_stage", outcomes, 0.0)["oracle_share"] is None  # no set improves: nothing to share
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ with the fix, and a refused `sil run` starts nothing. Whole runs: slow (CI's slo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,11 @@ def test_a_held_out_set_counts_its_certifications_and_refuses_past_its_budget(tm
     assert "4 certification(s) (2 delivering" in listing and "error spent 0.05 of project alpha 0.05" in listing
     assert "4 certification(s)" in invoke("status", "p2").output
     assert invoke("project", "holdout").exit_code == 0
+    as_json = json.loads(invoke("project", "holdout", "--json").output)
+    assert as_json["ok"] and [(u["certifications"], u["delivering"], u["runs"]) for u in as_json["sets"]] == [
+        (4, 2, ["p1", "p2"])
+    ]
+    assert as_json["sets"][0]["spent"] == pytest.approx(0.05) and as_json["sets"][0]["budget"] == 0.05
     refused = invoke("check")
     assert refused.exit_code == ExitCode.REFUSED
     text = " ".join(refused.output.split())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -385,3 +386,15 @@ def test_legs_take_their_spending_from_the_contract():
     promo = PROMO.model_copy(update={"ni_spending": "pocock"})
     kinds = {lg.kind: lg.spending for lg in build_legs(promo, NOISE, ALPHA_J)}
     assert kinds == {"target": "obf", "critical": "pocock", "auxiliary": "pocock"}
+
+
+def test_a_look_that_spends_nothing_has_no_boundary_and_the_ledger_can_hold_it() -> None:
+    # a long horizon at a small level spends nothing at its first look: c_1 = inf; a run with a
+    # dry proposer at budget 1200 crashed writing that -inf into its round record
+    leg = Leg("t", "target", (("t", 1.0),), null=0.0, alpha=0.0083, sigma=1.0, df=9)
+    assert not math.isfinite(t_boundaries(leg.alpha, 400, leg.df)[0])
+    first = leg_result(leg, [rs(t=-50.0)], looks=400)
+    assert first.boundary is None and first.passed is False and first.statistic == pytest.approx(-50.0)
+    later = leg_result(leg, [rs(t=-50.0)] * 40, looks=400)
+    assert later.boundary is not None and math.isfinite(later.boundary)
+    json.dumps(first.model_dump(mode="json"), allow_nan=False)  # what the ledger requires of a record
