@@ -522,10 +522,11 @@ def project_holdout(as_json: JsonOpt = False) -> None:
     from sil.review.holdoutview import holdout_json, holdout_lines
 
     root = Path.cwd()
-    report = verify_holdout(root)
     if as_json:
-        sys.stdout.write(json.dumps(holdout_json(root, report), indent=1) + "\n")
-        raise typer.Exit(0 if report.ok else ExitCode.FAILED)
+        found = holdout_json(root)
+        sys.stdout.write(json.dumps(found, indent=1) + "\n")
+        raise typer.Exit(0 if found["ok"] else ExitCode.FAILED)
+    report = verify_holdout(root)
     for line in holdout_lines(root):
         out.print(escape(line), highlight=False)
     if not report.ok:

@@ -14,13 +14,21 @@ from sil.integrity.gitrefs import CheckpointError
 from sil.integrity.holdout import HoldoutUse, holdout_records, holdout_uses, verify_holdout
 from sil.integrity.ledger import LedgerError, VerifyReport
 
+UNREADABLE = (CheckpointError, LedgerError, ValueError)
+
+
+def read_holdout(root: Path) -> tuple[VerifyReport, dict[str, HoldoutUse]]:
+    """The ledger's verification, and what each seed set served (read only from a ledger that
+    verifies); raises one of UNREADABLE when the ledger cannot be read at all."""
+    report = verify_holdout(root)
+    return report, holdout_uses(holdout_records(root)) if report.ok else {}
+
 
 def holdout_lines(root: Path) -> list[str]:
     """One line per seed set certifications ran on, and one if the ledger does not verify."""
     try:
-        report = verify_holdout(root)
-        uses = holdout_uses(holdout_records(root)) if report.ok else {}
-    except (CheckpointError, LedgerError, ValueError) as ex:
+        report, uses = read_holdout(root)
+    except UNREADABLE as ex:
         return [f"project holdout ledger cannot be read: {ex}"]
     lines = [describe_use(use) for use in uses.values()]
     if not report.ok:
@@ -39,10 +47,13 @@ def describe_use(use: HoldoutUse) -> str:
     )
 
 
-def holdout_json(root: Path, report: VerifyReport) -> dict[str, Any]:
-    """`sil project holdout --json`: whether the ledger verifies, and per seed set what it served
-    (read only from a ledger that verifies)."""
-    uses = holdout_uses(holdout_records(root)) if report.ok else {}
+def holdout_json(root: Path) -> dict[str, Any]:
+    """`sil project holdout --json`: whether the ledger verifies (`ok`, its `errors`, or why it
+    cannot be read), and per seed set what it served."""
+    try:
+        report, uses = read_holdout(root)
+    except UNREADABLE as ex:
+        return {"ok": False, "records": 0, "errors": [f"project holdout ledger cannot be read: {ex}"], "sets": []}
     return {
         "ok": report.ok,
         "records": report.records,
