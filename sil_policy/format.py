@@ -7,6 +7,7 @@ validate is rejected with the field path that is wrong.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import unicodedata
@@ -238,8 +239,29 @@ def _format_validation(name: str, err: ValidationError) -> str:
     return f"{name} policy does not match its schema:\n" + describe_validation_errors(err)
 
 
+# Files of this size or less have their validated form remembered (at most MEMO_ENTRIES of them):
+# a run reads the same few policy files thousands of times, and the secret scan of each read
+# dominated a run's CPU. Validation is a pure function of the bytes, so the memo cannot drift.
+MEMO_BYTES = 1 << 16
+MEMO_ENTRIES = 256
+
+
 def parse_surface(name: str, data: bytes) -> dict[str, Any]:
-    """Validate raw file bytes for a surface; return the document as plain JSON data."""
+    """Validate raw file bytes for a surface; return the document as plain JSON data (a fresh
+    copy each call: callers may change it)."""
+    if len(data) > MEMO_BYTES:
+        return _parse_surface(name, data)
+    document: dict[str, Any] = json.loads(_validated_json(name, bytes(data)))
+    return document
+
+
+@functools.lru_cache(maxsize=MEMO_ENTRIES)
+def _validated_json(name: str, data: bytes) -> str:
+    """The validated document as JSON text; a refusal raises and is not remembered."""
+    return json.dumps(_parse_surface(name, data))
+
+
+def _parse_surface(name: str, data: bytes) -> dict[str, Any]:
     surface(name)
     if len(data) > MAX_FILE_BYTES:
         raise PolicyError(f"{name} policy has {len(data)} bytes; at most {MAX_FILE_BYTES}")
