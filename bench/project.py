@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import numpy as np
 from bench.looprun import POLICIES, SCRATCH, LoopRun
 from bench.metrics import provenance
 from bench.proposers import BenchWorld, finished, origin_documents, revalidated, world_contract
+from sil.base.fsutil import atomic_write_text
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, load_contract
 from sil.exec.holdoutcheck import next_spend
@@ -166,7 +167,7 @@ def rows_of(budget: str, claim: str, projects: list[list[dict[str, Any]]], revis
     return rows
 
 
-def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n: int) -> str:
+def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n: int, segments: list[str]) -> str:
     head = (
         "| budget | claim | R | P(any worse, fresh seeds) | P(any worse, held-out seeds) "
         "| final target, fresh seeds | deliveries | refused runs | projects |\n|---|---|---|---|---|---|---|---|---|\n"
@@ -186,8 +187,16 @@ def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n
         f"`alpha_certify`. Per run: the gate arm's audits {args.gate_audits or 'as the contract'}, certification "
         f"rounds {args.certify_rounds or 'as the contract'}. Fresh seeds: {args.fresh_seeds} seeds of the world no run audited. Worse: the "
         "delivered champion is worse than its run's start on the target, or beyond the harm tolerance on a "
-        "critical dimension. These are figures about the simulated world, not about any model.\n\n" + head + body
+        "critical dimension. These are figures about the simulated world, not about any model.\n\n"
+        + head
+        + body
+        + (_segments_md(segments) if len(segments) > 1 else "")
     )
+
+
+def _segments_md(segments: list[str]) -> str:
+    """The measurement's segments (one per `--resume`), each with its own command, date and commit."""
+    return "\n## Segments\n\nThe projects were measured in parts, each resuming the last:\n\n" + "\n".join(segments)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -204,6 +213,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--certify-rounds", type=int, default=None, help="certification rounds (default: the contract's)")
     ap.add_argument("--designs", default=",".join(f"{b}:{c}" for b, c in DESIGNS))
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the projects already in --out/project.json and measure on from there",
+    )
     args = ap.parse_args(argv)
     if min(args.runs, args.revisions, args.jobs, args.certifications, args.fresh_seeds) < 1:
         ap.error("--runs, --revisions, --jobs, --certifications and --fresh-seeds must each be at least 1")
@@ -218,29 +232,80 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every design's projects, interleaved so that all designs have the same count at any time;
     the results files are rewritten after each round of projects (a stopped measurement keeps its
-    last complete round, and says its count)."""
+    last complete round, and says its count). With --resume, the projects already in
+    `--out`/project.json are kept and the measurement goes on from the next project."""
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = parse_args(argv)
     started = time.monotonic()
-    opts = {k: v for k, v in vars(args).items() if k != "out"}
+    opts = {k: v for k, v in vars(args).items() if k not in ("out", "resume")}
     designs = [tuple(d.split(":")) for d in args.designs.split(",")]
-    tasks = [(b, c, p, args.revisions, opts) for p in range(args.runs) for b, c in designs]
-    done: dict[tuple[str, ...], list[list[dict[str, Any]]]] = {d: [] for d in designs}
+    earlier = resumed(args) if args.resume else Earlier()
+    done: dict[tuple[str, ...], list[list[dict[str, Any]]]] = {d: list(earlier.projects.get(d, [])) for d in designs}
+    first = len(done[designs[0]])
+    tasks = [(b, c, p, args.revisions, opts) for p in range(first, args.runs) for b, c in designs]
     rows: list[dict[str, Any]] = []
     with mp.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
         for task, project in zip(tasks, pool.imap(one_project, tasks), strict=True):
             done[(task[0], task[1])].append(project)
             if all(len(p) == len(done[designs[0]]) for p in done.values()):
                 rows = [row for (b, c), ps in done.items() for row in rows_of(b, c, ps, args.revisions)]
-                write(args, argv, rows, len(done[designs[0]]), time.monotonic() - started)
+                n = len(done[designs[0]])
+                write(args, argv, rows, done, earlier, n, time.monotonic() - started)
     return rows
 
 
-def write(args: argparse.Namespace, argv: list[str], rows: list[dict[str, Any]], n: int, seconds: float) -> None:
+SETTINGS = ("revisions", "project_alpha", "certifications", "fresh_seeds", "gate_audits", "certify_rounds", "designs")
+
+
+@dataclass
+class Earlier:
+    """What earlier segments of a resumed measurement left: their projects and their headers."""
+
+    projects: dict[tuple[str, ...], list[list[dict[str, Any]]]] = field(default_factory=dict)
+    segments: list[str] = field(default_factory=list)
+
+
+def resumed(args: argparse.Namespace) -> Earlier:
+    """The projects an earlier measurement with the same settings wrote to `--out`, or exit 2 with why."""
+    path = args.out / "project.json"
+    try:
+        old = json.loads(path.read_text())
+        settings, projects, segments = old["settings"], old["projects"], old["segments"]
+    except FileNotFoundError:
+        raise SystemExit(f"--resume: nothing to resume, {path} does not exist; run without --resume first") from None
+    except (OSError, ValueError, KeyError, TypeError) as ex:
+        raise SystemExit(f"--resume: {path} is not a project measurement this bench wrote ({ex!r})") from None
+    differ = [k for k in SETTINGS if settings.get(k) != getattr(args, k)]
+    if differ:
+        said = ", ".join(f"--{k.replace('_', '-')} {settings.get(k)} (now {getattr(args, k)})" for k in differ)
+        raise SystemExit(f"--resume: {path} was measured with {said}; resume with the same settings or write elsewhere")
+    return Earlier({tuple(k.split(":")): v for k, v in projects.items()}, list(segments))
+
+
+def write(
+    args: argparse.Namespace,
+    argv: list[str],
+    rows: list[dict[str, Any]],
+    done: dict[tuple[str, ...], list[list[dict[str, Any]]]],
+    earlier: Earlier,
+    n: int,
+    seconds: float,
+) -> None:
+    first = len(next(iter(earlier.projects.values()), []))
     prov = provenance(["bench.project", *argv], f"{n} projects per design (of --runs {args.runs})", seconds)
+    segment = provenance(["bench.project", *argv], f"projects {first + 1} to {n}", seconds)
+    segments = [*earlier.segments, segment]
+    settings = {k: getattr(args, k) for k in SETTINGS}
+    data = {
+        "provenance": prov,
+        "segments": segments,
+        "settings": settings,
+        "rows": rows,
+        "projects": {":".join(d): ps for d, ps in done.items()},
+    }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "project.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1) + "\n")
-    (args.out / "project.md").write_text(format_md(rows, args, prov, n))
+    atomic_write_text(args.out / "project.json", json.dumps(data, indent=1) + "\n")
+    atomic_write_text(args.out / "project.md", format_md(rows, args, prov, n, segments))
     print(f"{n} projects per design written after {seconds:.0f} s", flush=True)
 
 

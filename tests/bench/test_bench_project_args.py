@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench import project
@@ -25,3 +27,37 @@ def test_bad_arguments_are_refused_with_the_reason(argv: list[str], says: str, c
 
 def test_the_default_designs_are_accepted() -> None:
     assert project.parse_args([]).runs == 300
+
+
+def _fake_project(task: tuple[str, str, int, int, dict]) -> list[dict]:
+    """A project whose every run delivers, worse on fresh seeds in odd-numbered projects."""
+    _, _, index, revisions, _ = task
+    run = {"delivered": True, "refused": False, "worse_fresh": index % 2 == 1, "worse_heldout": False}
+    return [{**run, "target_fresh": -0.1 * index} for _ in range(revisions)]
+
+
+def test_resume_keeps_the_earlier_projects_and_measures_on(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(project, "one_project", _fake_project)
+    out = ["--out", str(tmp_path), "--revisions", "2", "--designs", "none:heldout,project:fresh"]
+    project.main(["--runs", "2", *out])
+    rows = project.main(["--runs", "4", "--resume", *out])
+    data = json.loads((tmp_path / "project.json").read_text())
+    assert [len(ps) for ps in data["projects"].values()] == [4, 4]
+    # projects 0..3, the odd ones worse: the resumed measurement did not redo 0 and 1 as 2 and 3
+    assert [p[0]["target_fresh"] for p in data["projects"]["none:heldout"]] == [0.0, -0.1, -0.2, -0.30000000000000004]
+    assert rows[0]["p_any_worse_fresh_seeds"] == 0.5 and rows[0]["runs"] == 4
+    assert len(data["segments"]) == 2 and "projects 3 to 4" in data["segments"][1]
+    assert "## Segments" in (tmp_path / "project.md").read_text()
+
+
+def test_resume_refuses_other_settings_and_a_missing_measurement(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(project, "one_project", _fake_project)
+    with pytest.raises(SystemExit, match="nothing to resume"):
+        project.main(["--runs", "1", "--resume", "--out", str(tmp_path)])
+    project.main(["--runs", "1", "--revisions", "2", "--designs", "none:heldout", "--out", str(tmp_path)])
+    before = (tmp_path / "project.json").read_text()
+    with pytest.raises(SystemExit, match=r"--revisions 2 \(now 3\)"):
+        project.main(
+            ["--runs", "2", "--revisions", "3", "--designs", "none:heldout", "--resume", "--out", str(tmp_path)]
+        )
+    assert (tmp_path / "project.json").read_text() == before
