@@ -665,8 +665,8 @@ def runs_cmd(as_json: JsonOpt = False, show_help: HelpOpt = False) -> None:
     """List every run: contract, backend, phase, audits/budget, USD, KEEPs, gate champion, and whether
     its ledger verifies as `sil ledger verify` checks it here (with SIL_ALLOWED_SIGNERS, SIL_WITNESS)."""
     require_project()
+    from sil.base.runpaths import run_dirs
     from sil.review.readcache import overviews
-    from sil.review.runpaths import run_dirs
 
     rows = overviews(run_dirs(Path.cwd()))
     if as_json:
@@ -721,7 +721,7 @@ def status(
     """Where a run stands: phase, arm, candidate, look k of K, audits and USD vs budget, α spent, ETA,
     and whether its ledger verifies (as `sil ledger verify` checks it here)."""
     require_project()
-    from sil.review import runpaths
+    from sil.base import runpaths
     from sil.review.readcache import status_of
     from sil.review.status import status_lines
 

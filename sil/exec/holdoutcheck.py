@@ -3,6 +3,7 @@
 spend = next_spend(contract, measure, root)
 spend.describe()       # "held-out seed set 282cd6cd3b89 (6 seeds): 4 certification(s) served, ..."
 spend.refused          # None, or why no certification may run on the set, with the fix
+spend.uncounted        # runs that certified on the set without a record in the holdout ledger
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sil.base.runpaths import LEDGER, run_dirs
 from sil.contract import prepare
 from sil.contract.prepare import SeedSet
 from sil.contract.schema import Contract, LoadedContract
 from sil.exec.checkitem import CheckItem
 from sil.exec.measure import MeasureContext, MeasurementChanged
 from sil.integrity.gitrefs import CheckpointError
-from sil.integrity.holdout import HoldoutUse, holdout_records, holdout_uses, set_hash
+from sil.integrity.holdout import DELIVERING_ARM, HoldoutUse, holdout_records, holdout_uses, set_hash
+from sil.integrity.ledger import LedgerError, Record, read_records_of
 from sil.stats.holdout import HoldoutSpent, SpendingRule, rule_for
+from sil_policy.files import read_regular
 
 CLAIMS = {
     "heldout": "on the held-out seeds themselves (fresh audits each certification)",
@@ -35,6 +39,7 @@ class NextSpend:
     use: HoldoutUse | None  # what the set served so far (None: nothing)
     rule: SpendingRule
     claim: str
+    uncounted: tuple[str, ...] = ()  # runs whose delivering certification on the set the ledger lacks
 
     @property
     def spent(self) -> float:
@@ -80,8 +85,47 @@ def seed_set_of(contract: Contract, measure: MeasureContext) -> tuple[SeedSet, s
 
 def next_spend(contract: Contract, measure: MeasureContext, root: Path) -> NextSpend:
     kind, digest, seeds = seed_set_of(contract, measure)
-    use = holdout_uses(holdout_records(root)).get(digest)
-    return NextSpend(kind, digest, seeds, use, rule_for(contract), contract.certification.claim)
+    records = holdout_records(root)
+    use = holdout_uses(records).get(digest)
+    counted = {str(r.payload.get("run_id")) for r in records if r.type == "holdout_spend"}
+    missing = tuple(uncounted_runs(root, contract, kind, counted))
+    return NextSpend(kind, digest, seeds, use, rule_for(contract), contract.certification.claim, missing)
+
+
+def uncounted_runs(root: Path, contract: Contract, kind: SeedSet, counted: set[str]) -> list[str]:
+    """Runs of the project whose gate arm ran certification rounds on this measurement's `kind`
+    seeds (same manifest) with no spend in the holdout ledger: run before the ledger existed, or
+    the ledger lost their records. Their error is spent but the budget does not count it."""
+    out = []
+    for run_dir in run_dirs(root):
+        if run_dir.name in counted:  # a run's folder is named by its run id
+            continue
+        try:
+            data = read_regular(run_dir / LEDGER)
+        except OSError:
+            continue  # `sil runs` lists an unreadable run with its reason; here it spends nothing known
+        if b'"type":"certify"' not in data:
+            continue
+        try:
+            records = list(read_records_of(data))
+        except LedgerError:
+            continue
+        if spent_on_set(records, contract.measurement.manifest_hash, kind) and records[0].run_id not in counted:
+            out.append(records[0].run_id)
+    return out
+
+
+def spent_on_set(records: list[Record], manifest_hash: str, kind: SeedSet) -> bool:
+    run = next((r.payload for r in records if r.type == "contract"), None)
+    if run is None or run.get("manifest_hash") != manifest_hash:
+        return False
+    return any(
+        r.type == "certify"
+        and r.payload.get("arm") == DELIVERING_ARM
+        and r.payload.get("rounds", 0) > 0
+        and r.payload.get("seed_set", "search") == kind
+        for r in records
+    )
 
 
 def holdout_check(loaded: LoadedContract, root: Path) -> CheckItem:
@@ -96,4 +140,18 @@ def holdout_check(loaded: LoadedContract, root: Path) -> CheckItem:
     claim = f"claim: {CLAIMS[c.certification.claim]}"
     if spend.refused:
         return CheckItem(name="holdout", status="fail", detail=f"{spend.describe()}. {spend.refused}")
+    if spend.uncounted:
+        return CheckItem(
+            name="holdout", status="warn", detail=f"{spend.describe()}; {claim}. {uncounted_warning(spend)}"
+        )
     return CheckItem(name="holdout", status="ok", detail=f"{spend.describe()}; {claim}")
+
+
+def uncounted_warning(spend: NextSpend) -> str:
+    runs = ", ".join(spend.uncounted)
+    return (
+        f"{len(spend.uncounted)} earlier run(s) ({runs}) certified on this seed set without a record in the "
+        "project holdout ledger (run before it existed, or its records were lost), so the error spent above "
+        "understates what the set has served and the project guarantee does not cover them. "
+        "Fix: certify on a fresh held-out set (new seeds, re-frozen, a new contract)"
+    )

@@ -38,6 +38,7 @@ HOLDOUT_FILE = "holdout.jsonl"
 LOCK_NAME = "sil-holdout.lock"
 CAS_TRIES = 5
 HOLDOUT_RUN_ID = "project"  # the ledger's records are the project's; each payload names its run
+DELIVERING_ARM = "gate"  # the only arm whose champion a user is handed (`sil promote` refuses the random arm)
 
 
 def set_hash(manifest_files: dict[str, str], seed_set: SeedSet) -> str:

@@ -7,7 +7,6 @@ __all__ = [
     "plots",
     "render",
     "report",
-    "runpaths",
     "runview",
     "status",
     "summary",

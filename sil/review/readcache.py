@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import sil
 from sil.base.fsutil import atomic_write_bytes
+from sil.base.runpaths import CONTRACT_SNAPSHOT, LEDGER
 from sil.base.sshsig import ALLOWED_SIGNERS_ENV
 from sil.integrity.gitrefs import BARE_REPO, REF_PREFIX, git_env
 from sil.integrity.witness import WITNESS_ENV
-from sil.review.runpaths import CONTRACT_SNAPSHOT, LEDGER
 
 if TYPE_CHECKING:
     from sil.review.status import RunOverview, RunStatus

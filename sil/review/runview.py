@@ -18,6 +18,13 @@ from typing import Any
 from sil.base.errors import Halt
 from sil.base.fsutil import atomic_write_bytes
 from sil.base.runid import RunIdError, check_run_id
+from sil.base.runpaths import CONTRACT_SNAPSHOT as CONTRACT_SNAPSHOT
+from sil.base.runpaths import LEDGER as LEDGER
+from sil.base.runpaths import RUNS as RUNS
+from sil.base.runpaths import SWEEPS as SWEEPS
+from sil.base.runpaths import resolve_run as resolve_run
+from sil.base.runpaths import run_dirs as run_dirs
+from sil.base.runpaths import sweep_run_dirs as sweep_run_dirs
 from sil.contract.schema import Contract
 from sil.integrity.ledger import (
     GENESIS,
@@ -31,13 +38,6 @@ from sil.integrity.ledger import (
 from sil.integrity.records import Payload, parse_payload
 from sil.integrity.verify import verify_run_ledger
 from sil.integrity.witness import WitnessError, witness_from_env
-from sil.review.runpaths import CONTRACT_SNAPSHOT as CONTRACT_SNAPSHOT
-from sil.review.runpaths import LEDGER as LEDGER
-from sil.review.runpaths import RUNS as RUNS
-from sil.review.runpaths import SWEEPS as SWEEPS
-from sil.review.runpaths import resolve_run as resolve_run
-from sil.review.runpaths import run_dirs as run_dirs
-from sil.review.runpaths import sweep_run_dirs as sweep_run_dirs
 from sil.store.binding import LedgerCounts, contract_is_the_ledgers, ledger_counts, snapshot_problems
 from sil.store.runstate import RunState
 

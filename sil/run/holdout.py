@@ -12,14 +12,12 @@ same figures before the run (sil/exec/holdoutcheck.py).
 from __future__ import annotations
 
 from sil.exec.holdoutcheck import seed_set_of
-from sil.integrity.holdout import append_holdout, holdout_uses, spend_key
+from sil.integrity.holdout import DELIVERING_ARM, append_holdout, holdout_uses, spend_key
 from sil.integrity.ledger import Record
 from sil.integrity.records import HoldoutResultRecord, HoldoutSpendRecord
 from sil.run.context import RunContext
 from sil.stats.holdout import HoldoutSpent, rule_for
 from sil.store.runstate import ArmState
-
-DELIVERING_ARM = "gate"  # the only arm whose champion a user is handed (`sil promote` refuses the random arm)
 
 
 def reserve(rc: RunContext, arm: ArmState) -> float | str:

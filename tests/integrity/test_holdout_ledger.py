@@ -130,3 +130,27 @@ def test_a_commit_that_rewrites_earlier_records_fails_verification(project: Path
 def test_a_project_without_certifications_verifies_empty(project: Path) -> None:
     report = verify_holdout(project)
     assert report.ok and report.records == 0 and holdout_records(project) == []
+
+
+def _record(run: str, type_: str, payload: dict) -> Record:  # type: ignore[type-arg]
+    return Record(seq=0, prev="", ts="", run_id=run, type=type_, offline=True, simulated=True, payload=payload, hash="")
+
+
+@pytest.mark.parametrize(
+    "certify, manifest, kind, counts",
+    [
+        ({"arm": "gate", "rounds": 12, "seed_set": "heldout"}, "m1", "heldout", True),
+        ({"arm": "gate", "rounds": 0, "seed_set": "heldout"}, "m1", "heldout", False),  # refused: no round ran
+        ({"arm": "random", "rounds": 12, "seed_set": "heldout"}, "m1", "heldout", False),  # delivers nothing
+        ({"arm": "gate", "rounds": 12, "seed_set": "heldout"}, "m2", "heldout", False),  # another measurement
+        ({"arm": "gate", "rounds": 12, "seed_set": "search"}, "m1", "heldout", False),  # another seed set
+        ({"arm": "gate", "rounds": 12}, "m1", "search", True),  # ledgers before seed_set was recorded: search
+    ],
+)
+def test_a_run_counts_as_having_spent_on_a_set_only_for_a_delivering_certification_there(
+    certify: dict, manifest: str, kind: str, counts: bool  # type: ignore[type-arg]
+) -> None:
+    from sil.exec.holdoutcheck import spent_on_set
+
+    records = [_record("r1", "contract", {"manifest_hash": manifest}), _record("r1", "certify", certify)]
+    assert spent_on_set(records, "m1", kind) is counts  # type: ignore[arg-type]

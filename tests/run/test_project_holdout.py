@@ -5,12 +5,14 @@ with the fix, and a refused `sil run` starts nothing. Whole runs: slow (CI's slo
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from sil.base.errors import ExitCode
-from sil.integrity.holdout import holdout_records, holdout_uses, verify_holdout
+from sil.integrity.gitrefs import anchor_repo
+from sil.integrity.holdout import HOLDOUT_REF, holdout_records, holdout_uses, verify_holdout
 from tests.cli.test_cli import invoke, make_workspace
 from tests.conftest import edit_contract
 
@@ -65,3 +67,21 @@ def test_a_held_out_set_counts_its_certifications_and_refuses_past_its_budget(tm
     assert "no certification remains" in text and "fresh held-out set" in text and "new contract" in text, text
     started = invoke("run", "--run-id", "p3")
     assert started.exit_code == ExitCode.REFUSED and not (root / "state" / "runs" / "p3").exists()
+
+
+def test_a_certification_the_holdout_ledger_lacks_is_warned_about(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A run that certified before the project holdout ledger existed (here: its ref deleted, as an
+    older version never wrote it) spent error the budget cannot see: `sil check` names it."""
+    root = budgeted(make_workspace(tmp_path))
+    monkeypatch.chdir(root)
+    assert invoke("run", "--run-id", "old").exit_code == 0
+    counted = " ".join(invoke("check").output.split())
+    assert "2 certification(s) served" in counted and "without a record" not in counted, counted
+    repo = anchor_repo(root, create=False)
+    assert repo is not None
+    subprocess.run(["git", "update-ref", "-d", HOLDOUT_REF], cwd=repo, check=True)
+    check = invoke("check")
+    text = " ".join(check.output.split())
+    assert check.exit_code == 0, text  # a warning: the run may go on, on a guarantee the user now knows is short
+    assert "1 earlier run(s) (old) certified on this seed set without a record" in text, text
+    assert "0 certification(s) served" in text and "fresh held-out set" in text, text
