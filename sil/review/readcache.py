@@ -8,7 +8,7 @@ cache key is a SHA-256 over all of them, so any change to any of them, an edit t
 size and mtime included, is a miss and the run is read afresh. The cache lives outside the
 repository (SIL_CACHE_DIR, else $XDG_CACHE_HOME/sil or ~/.cache/sil), where whoever can rewrite
 the repository cannot plant an answer. With SIL_WITNESS set nothing is cached: the witness is
-outside state that may change between two calls.
+outside state that may change between two calls. Past MAX_ENTRIES views the oldest are removed.
 
     rows = overviews(run_dirs(root))
     st = status_of(run_dir)
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from sil.review.status import RunOverview, RunStatus
 
 CACHE_ENV = "SIL_CACHE_DIR"
+# Every change to a run makes a new entry (a watched run, one per `sil status`): past this many
+# the oldest are removed, down to PRUNED_TO, so the cache cannot fill a disk.
+MAX_ENTRIES = 4000
+PRUNED_TO = 3000
 FORMAT = b"sil-view-cache 1"
 INPUTS = (LEDGER, "state.json", CONTRACT_SNAPSHOT)
 
@@ -121,8 +125,28 @@ class ViewCache:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.folder / key, data)
+            prune(self.folder)
         except OSError:
             pass  # a cache that cannot be written only costs time
+
+
+def prune(folder: Path, most: int | None = None, keep: int | None = None) -> int:
+    """Past `most` entries (MAX_ENTRIES), remove the least recently written down to `keep`
+    (PRUNED_TO); the number removed. A view removed is only made again when asked for."""
+    most, keep = most or MAX_ENTRIES, keep or PRUNED_TO
+    with os.scandir(folder) as it:
+        entries = [e for e in it if e.is_file(follow_symlinks=False)]
+    if len(entries) <= most:
+        return 0
+    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
+    removed = 0
+    for entry in entries[: len(entries) - keep]:
+        try:
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            pass  # another process removed it first
+    return removed
 
 
 def overviews(run_dirs: list[Path]) -> list[RunOverview]:

@@ -132,7 +132,7 @@ def test_a_project_without_certifications_verifies_empty(project: Path) -> None:
     assert report.ok and report.records == 0 and holdout_records(project) == []
 
 
-def _record(run: str, type_: str, payload: dict) -> Record:  # type: ignore[type-arg]
+def _record(run: str, type_: str, payload: dict[str, object]) -> Record:
     return Record(seq=0, prev="", ts="", run_id=run, type=type_, offline=True, simulated=True, payload=payload, hash="")
 
 
@@ -148,7 +148,7 @@ def _record(run: str, type_: str, payload: dict) -> Record:  # type: ignore[type
     ],
 )
 def test_a_run_counts_as_having_spent_on_a_set_only_for_a_delivering_certification_there(
-    certify: dict, manifest: str, kind: str, counts: bool  # type: ignore[type-arg]
+    certify: dict[str, object], manifest: str, kind: str, counts: bool
 ) -> None:
     from sil.exec.holdoutcheck import spent_on_set
 

@@ -387,3 +387,19 @@ def test_sil_run_on_a_broken_run_folder_refuses_without_a_traceback(copy_of, mak
     proc = sil(copy_of, "run", "--run-id", run_id, timeout=120)
     _no_traceback(proc)
     assert proc.returncode == 2 and "cannot be resumed" in proc.stderr, proc.stderr[-500:]
+
+
+def test_the_view_cache_removes_its_oldest_entries_past_its_limit(tmp_path, monkeypatch) -> None:
+    from sil.review import readcache
+
+    folder = tmp_path / "views"
+    monkeypatch.setenv("SIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(readcache, "MAX_ENTRIES", 5)
+    monkeypatch.setattr(readcache, "PRUNED_TO", 3)
+    cache = readcache.ViewCache.__new__(readcache.ViewCache)
+    cache.folder = folder
+    for i in range(6):
+        cache.put(f"k{i}", b"view")
+        os.utime(folder / f"k{i}", ns=(i * 10**9, i * 10**9))  # written in this order
+    assert sorted(p.name for p in folder.iterdir()) == ["k3", "k4", "k5"]
+    assert cache.get("k5") == b"view" and cache.get("k0") is None
