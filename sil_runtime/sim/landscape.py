@@ -79,7 +79,7 @@ def edit_field(
 ) -> np.ndarray:
     """The latent field [n_seeds, D] one edit adds, a pure function of the edit and the seed."""
     rng = keyed_rng(params.landscape_seed, "edit", edit.surface, edit.path, edit.value_sha)
-    delta = draw_effect(rng, dims, target, critical)
+    delta = draw_effect(rng, dims, target, critical, params.effect_mixture)
     return effect_field(rng, delta, n_seeds, params.effect_heterogeneity)
 
 

@@ -254,9 +254,15 @@ def draw_candidate(
     return kind, delta
 
 
-def draw_effect(rng: np.random.Generator, dims: Sequence[str], target: str, critical: Sequence[str]) -> np.ndarray:
-    """Latent per-dim effect (positive = worse) of one candidate from the section 4.3 mixture."""
-    return draw_candidate(rng, dims, target, critical)[1]
+def draw_effect(
+    rng: np.random.Generator,
+    dims: Sequence[str],
+    target: str,
+    critical: Sequence[str],
+    mixture: EffectMixture | None = None,
+) -> np.ndarray:
+    """Latent per-dim effect (positive = worse) of one candidate from the mixture (default: section 4.3)."""
+    return draw_candidate(rng, dims, target, critical, mixture)[1]
 
 
 def effect_field(rng: np.random.Generator, delta: np.ndarray, n_seeds: int, heterogeneity: float) -> np.ndarray:

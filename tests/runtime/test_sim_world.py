@@ -188,3 +188,23 @@ def test_mnar_loses_the_failing_cells_more_often():
         rates[name] = (good, bad)
     assert abs(rates["mcar"][0] - rates["mcar"][1]) < 0.02  # mcar: missingness ignores the policy
     assert rates["mnar"][1] > rates["mnar"][0] + 0.05  # mnar: the worse policy loses more cells
+
+
+def test_the_landscape_draws_each_edits_effect_from_the_contracts_mixture() -> None:
+    """`sim.effect_mixture` reaches the runtime's own landscape, not only the bench's vector world."""
+    from sil_runtime.sim.landscape import Edit, edit_field
+
+    harms = EffectMixture(
+        null=0,
+        harms_target=1,
+        helps_target=0,
+        helps_target_harms_critical=0,
+        harms_critical_only=0,
+        harm_target=(0.4, 0.5),
+    )
+    edits = [Edit("prompt_wrapper", f"path{i}", f"{i:064x}") for i in range(40)]
+    fields = [edit_field(e, DIMS, "target", CRITICAL, 8, params(effect_mixture=harms)) for e in edits]
+    deltas = np.array([f[:, 0].mean() for f in fields])
+    assert (deltas > 0).all(), "every edit harms the target under this mixture"
+    default = [edit_field(e, DIMS, "target", CRITICAL, 8, params())[:, 0].mean() for e in edits]
+    assert (np.array(default) < 0).any(), "the default mixture has edits that help the target"
