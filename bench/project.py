@@ -40,6 +40,7 @@ from bench.proposers import BenchWorld, finished, origin_documents, revalidated,
 from sil.base.fsutil import atomic_write_text
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, load_contract
+from sil.contract.simparams import SimParams
 from sil.exec.holdoutcheck import next_spend
 from sil.exec.measure import MeasureContext
 
@@ -47,6 +48,26 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "examples" / "program-mutator-offline.md"
 DESIGNS = (("none", "heldout"), ("none", "fresh"), ("project", "heldout"), ("project", "fresh"))
 RUN_SEED_STEP = 7919  # run i of a project draws its candidates from seed + i * step
+# Worlds: overrides of the contract's sim section. `near-null` is the reuse problem's stress test:
+# every edit truly harms the target a little (latent U(0, 0.3), so some harms are too small to see)
+# and a policy's effect differs strongly from seed to seed, so a search can always find a champion
+# that looks better, and every certification that passes one is a false one.
+WORLDS: dict[str, dict[str, Any]] = {
+    "mechanisms": {},
+    "near-null": {
+        "landscape": "hashed",
+        "hashed_scale": 1.0,
+        "effect_heterogeneity": 1.0,
+        "effect_mixture": {
+            "null": 0.0,
+            "harms_target": 1.0,
+            "helps_target": 0.0,
+            "helps_target_harms_critical": 0.0,
+            "harms_critical_only": 0.0,
+            "harm_target": (0.0, 0.3),
+        },
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,7 @@ class Delivery:
     worse_fresh: bool
     worse_heldout: bool
     target_fresh: float  # the project's delivered policy after this run minus the origin, fresh seeds
+    certifying: bool = False  # the search handed the certification a champion (it ran rounds)
 
 
 class ProjectWorld(BenchWorld):
@@ -88,17 +110,29 @@ class ProjectWorld(BenchWorld):
         return bool(change[self.dims.index(self.target)] > 0 or beyond)
 
 
+WORLD_NOTES = {
+    "mechanisms": "",
+    "near-null": (
+        "World: the stress test of reuse. The hashed landscape, every edit truly harming the target by a latent "
+        "U(0, 0.3) and its effect spread from seed to seed (`effect_heterogeneity` 1.0): any delivered change is "
+        "worse on fresh seeds, and usually on the held-out seeds too, so every delivery is a false one.\n\n"
+    ),
+}
+
+
 def design_contract(loaded: LoadedContract, budget: str, claim: str, args: argparse.Namespace) -> LoadedContract:
     """The bench contract: the gate arm alone after the never arm, and the design's certification."""
     c = loaded.contract
     cert = {"claim": claim, "project_alpha": args.project_alpha if budget == "project" else None}
     cert["project_certifications"] = args.certifications
     fields = {**c.budget.model_dump(), "certify_random": False}
+    sim = SimParams.model_validate({**c.settings(SimParams).model_dump(), **WORLDS[args.world]})
     if args.gate_audits is not None:
         fields["arm_audits"] = {**fields["arm_audits"], "gate": args.gate_audits}
     if args.certify_rounds is not None:
         fields["certify_rounds"] = args.certify_rounds
-    return revalidated(loaded, {"certification": cert, "budget": fields, "arms": ["never", "gate"]})
+    changes = {"certification": cert, "budget": fields, "arms": ["never", "gate"]}
+    return revalidated(loaded, {**changes, "backend_settings": sim.model_dump(mode="json")})
 
 
 def one_project(task: tuple[str, str, int, int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,13 +155,16 @@ def one_project(task: tuple[str, str, int, int, dict[str, Any]]) -> list[dict[st
                 gate = lr.rc.state.arms["gate"]
                 docs = lr.delivered("gate")
                 changed = gate.champion.set_id != lr.rc.state.origin.set_id
+                cert = lr.certification("gate")
+                certifying = cert is not None and cert.rounds > 0
                 if changed:
                     start_dir = folder / f"start-{i:02d}"
                     shutil.copytree(lr.rc.store.set_dir(gate.champion), start_dir)
             worse_fresh = changed and world.worse(docs, start, world.fresh_rows)
             worse_heldout = changed and world.worse(docs, start, world.heldout_rows)
             start = docs if changed else start
-            out.append(asdict(Delivery(changed, False, worse_fresh, worse_heldout, _target(world, start, origin))))
+            target = _target(world, start, origin)
+            out.append(asdict(Delivery(changed, False, worse_fresh, worse_heldout, target, certifying)))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return out
@@ -161,25 +198,61 @@ def rows_of(budget: str, claim: str, projects: list[list[dict[str, Any]]], revis
                 "final_target_fresh_seeds": float(np.mean([p[-1]["target_fresh"] for p in first])),
                 "deliveries_per_project": float(np.mean([sum(d["delivered"] for d in p) for p in first])),
                 "refused_per_project": float(np.mean([sum(d["refused"] for d in p) for p in first])),
+                "certifying_per_project": _certifying(first),
+                "worse_fresh_projects": int(sum(any(d["worse_fresh"] for d in p) for p in first)),
+                "worse_heldout_projects": int(sum(any(d["worse_heldout"] for d in p) for p in first)),
                 "runs": len(projects),
             }
         )
     return rows
 
 
+def _certifying(projects: list[list[dict[str, Any]]]) -> float | None:
+    """Certifications that ran rounds per project (None: measured before the bench counted them)."""
+    if any("certifying" not in d for p in projects for d in p):
+        return None
+    return float(np.mean([sum(d["certifying"] for d in p) for p in projects]))
+
+
+def upper_95(k: int, n: int) -> float:
+    """The one-sided 95% Clopper-Pearson upper bound of a rate seen k times in n."""
+    from scipy.stats import beta
+
+    return 1.0 if k >= n else float(beta.ppf(0.95, k + 1, n - k))
+
+
+def bounds_md(rows: list[dict[str, Any]], alpha: float) -> str:
+    """At the largest R, each design's worse projects with the 95% upper bound of their rate."""
+    last = max(r["revisions"] for r in rows)
+    lines = [
+        f"| {r['budget']} | {r['claim']} | {r['worse_fresh_projects']} of {r['runs']} "
+        f"| {upper_95(r['worse_fresh_projects'], r['runs']):.3f} | {r['worse_heldout_projects']} of {r['runs']} "
+        f"| {upper_95(r['worse_heldout_projects'], r['runs']):.3f} |"
+        for r in rows
+        if r["revisions"] == last
+    ]
+    return (
+        f"\n## At R = {last}: how far the rates can be from what was seen\n\nOne-sided 95% Clopper-Pearson "
+        f"upper bounds of P(any worse); the project's α is {alpha}.\n\n"
+        "| budget | claim | worse on fresh seeds | upper 95% | worse on held-out seeds | upper 95% |\n"
+        "|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n"
+    )
+
+
 def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n: int, segments: list[str]) -> str:
     head = (
         "| budget | claim | R | P(any worse, fresh seeds) | P(any worse, held-out seeds) "
-        "| final target, fresh seeds | deliveries | refused runs | projects |\n|---|---|---|---|---|---|---|---|---|\n"
+        "| final target, fresh seeds | deliveries | certifications run | refused runs | projects |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
         f"| {r['budget']} | {r['claim']} | {r['revisions']} | {r['p_any_worse_fresh_seeds']:.3f} "
         f"| {r['p_any_worse_heldout']:.3f} | {r['final_target_fresh_seeds']:+.3f} | {r['deliveries_per_project']:.2f} "
-        f"| {r['refused_per_project']:.2f} | {r['runs']} |\n"
+        f"| {_or_dash(r['certifying_per_project'])} | {r['refused_per_project']:.2f} | {r['runs']} |\n"
         for r in rows
     )
     return (
-        f"# A project, not a run (simulated mechanisms world, `{CONTRACT.name}`)\n\n{prov}\n\n"
+        f"# A project, not a run (simulated {args.world} world, `{CONTRACT.name}`)\n\n{prov}\n\n{WORLD_NOTES[args.world]}"
         f"{n} simulated projects per design, each up to {args.revisions} runs on one measurement, "
         f"every run starting from the last delivered champion with a new candidate stream. Project budget: "
         f"`project_alpha` {args.project_alpha} over {args.certifications} delivering certifications "
@@ -190,8 +263,13 @@ def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n
         "critical dimension. These are figures about the simulated world, not about any model.\n\n"
         + head
         + body
+        + bounds_md(rows, args.project_alpha)
         + (_segments_md(segments) if len(segments) > 1 else "")
     )
+
+
+def _or_dash(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
 
 
 def _segments_md(segments: list[str]) -> str:
@@ -213,6 +291,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--certify-rounds", type=int, default=None, help="certification rounds (default: the contract's)")
     ap.add_argument("--designs", default=",".join(f"{b}:{c}" for b, c in DESIGNS))
+    ap.add_argument("--world", choices=list(WORLDS), default="mechanisms", help="the simulated world (see WORLDS)")
+    ap.add_argument("--name", default="project", help="write NAME.md and NAME.json (default project)")
     ap.add_argument(
         "--resume",
         action="store_true",
@@ -254,7 +334,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-SETTINGS = ("revisions", "project_alpha", "certifications", "fresh_seeds", "gate_audits", "certify_rounds", "designs")
+SETTINGS = (
+    "world",
+    "revisions",
+    "project_alpha",
+    "certifications",
+    "fresh_seeds",
+    "gate_audits",
+    "certify_rounds",
+    "designs",
+)
 
 
 @dataclass
@@ -267,7 +356,7 @@ class Earlier:
 
 def resumed(args: argparse.Namespace) -> Earlier:
     """The projects an earlier measurement with the same settings wrote to `--out`, or exit 2 with why."""
-    path = args.out / "project.json"
+    path = args.out / f"{args.name}.json"
     try:
         old = json.loads(path.read_text())
         settings, projects, segments = old["settings"], old["projects"], old["segments"]
@@ -275,6 +364,7 @@ def resumed(args: argparse.Namespace) -> Earlier:
         raise SystemExit(f"--resume: nothing to resume, {path} does not exist; run without --resume first") from None
     except (OSError, ValueError, KeyError, TypeError) as ex:
         raise SystemExit(f"--resume: {path} is not a project measurement this bench wrote ({ex!r})") from None
+    settings = {"world": "mechanisms", **settings}  # measured before --world existed
     differ = [k for k in SETTINGS if settings.get(k) != getattr(args, k)]
     if differ:
         said = ", ".join(f"--{k.replace('_', '-')} {settings.get(k)} (now {getattr(args, k)})" for k in differ)
@@ -304,8 +394,8 @@ def write(
         "projects": {":".join(d): ps for d, ps in done.items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "project.json", json.dumps(data, indent=1) + "\n")
-    atomic_write_text(args.out / "project.md", format_md(rows, args, prov, n, segments))
+    atomic_write_text(args.out / f"{args.name}.json", json.dumps(data, indent=1) + "\n")
+    atomic_write_text(args.out / f"{args.name}.md", format_md(rows, args, prov, n, segments))
     print(f"{n} projects per design written after {seconds:.0f} s", flush=True)
 
 

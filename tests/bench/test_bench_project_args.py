@@ -61,3 +61,10 @@ def test_resume_refuses_other_settings_and_a_missing_measurement(tmp_path, monke
             ["--runs", "2", "--revisions", "3", "--designs", "none:heldout", "--resume", "--out", str(tmp_path)]
         )
     assert (tmp_path / "project.json").read_text() == before
+
+
+def test_the_bounds_are_clopper_pearson_upper_limits() -> None:
+    assert project.upper_95(0, 59) == pytest.approx(0.0495, abs=1e-3)  # about 3 / n: the rule of three
+    assert project.upper_95(0, 300) == pytest.approx(0.00994, abs=1e-4)
+    assert project.upper_95(3, 20) == pytest.approx(0.3392, abs=1e-3)
+    assert project.upper_95(5, 5) == 1.0
