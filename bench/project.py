@@ -48,24 +48,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "examples" / "program-mutator-offline.md"
 DESIGNS = (("none", "heldout"), ("none", "fresh"), ("project", "heldout"), ("project", "fresh"))
 RUN_SEED_STEP = 7919  # run i of a project draws its candidates from seed + i * step
-# Worlds: overrides of the contract's sim section. `near-null` is the reuse problem's stress test:
-# every edit truly harms the target a little (latent U(0, 0.3), so some harms are too small to see)
-# and a policy's effect differs strongly from seed to seed, so a search can always find a champion
-# that looks better, and every certification that passes one is a false one.
-WORLDS: dict[str, dict[str, Any]] = {
-    "mechanisms": {},
-    "near-null": {
-        "landscape": "hashed",
-        "hashed_scale": 1.0,
-        "effect_heterogeneity": 1.0,
-        "effect_mixture": {
-            "null": 0.0,
-            "harms_target": 1.0,
-            "helps_target": 0.0,
-            "helps_target_harms_critical": 0.0,
-            "harms_critical_only": 0.0,
-            "harm_target": (0.0, 0.3),
+# Worlds: overrides of the contract's sim section and promotion rules. `stress` is the reuse
+# problem's stress test: no mechanisms to find, every edit a small effect from the candidate mixture
+# (bench.gates' "tiny effects" ranges, in the runtime's own landscape), strongly seed-specific, and a
+# permissive search (no screen, a small design effect, alpha_search 0.45), so most runs hand the
+# certification a champion whose true change is near zero either way: the certification alone
+# decides, run after run, on the same held-out seeds.
+WORLDS: dict[str, dict[str, dict[str, Any]]] = {
+    "mechanisms": {"sim": {}, "promotion": {}},
+    "stress": {
+        "sim": {
+            "landscape": "hashed",
+            "hashed_scale": 1.0,
+            "effect_heterogeneity": 1.0,
+            "effect_mixture": {"help_target": (0.1, 0.5), "harm_target": (0.05, 0.5)},
         },
+        "promotion": {"alpha_search": 0.45, "screen_sd": 0.0, "futility_effect": 0.3},
     },
 }
 
@@ -112,10 +110,12 @@ class ProjectWorld(BenchWorld):
 
 WORLD_NOTES = {
     "mechanisms": "",
-    "near-null": (
-        "World: the stress test of reuse. The hashed landscape, every edit truly harming the target by a latent "
-        "U(0, 0.3) and its effect spread from seed to seed (`effect_heterogeneity` 1.0): any delivered change is "
-        "worse on fresh seeds, and usually on the held-out seeds too, so every delivery is a false one.\n\n"
+    "stress": (
+        "World: the stress test of reuse. The hashed landscape (no mechanisms), each edit's effect from the "
+        "candidate mixture with small ranges (helps the target by a latent U(0.1, 0.5), harms it by U(0.05, 0.5), "
+        "some harm a critical dimension), spread from seed to seed (`effect_heterogeneity` 1.0), and a permissive "
+        "search (`screen_sd` 0, `futility_effect` 0.3, `alpha_search` 0.45): most runs hand the certification "
+        "a champion whose true change is near zero either way, so the certification alone decides.\n\n"
     ),
 }
 
@@ -126,12 +126,17 @@ def design_contract(loaded: LoadedContract, budget: str, claim: str, args: argpa
     cert = {"claim": claim, "project_alpha": args.project_alpha if budget == "project" else None}
     cert["project_certifications"] = args.certifications
     fields = {**c.budget.model_dump(), "certify_random": False}
-    sim = SimParams.model_validate({**c.settings(SimParams).model_dump(), **WORLDS[args.world]})
+    base = c.settings(SimParams).model_dump()
+    world = dict(WORLDS[args.world]["sim"])
+    if "effect_mixture" in world:  # fields of the mixture, over the contract's
+        world["effect_mixture"] = {**base["effect_mixture"], **world["effect_mixture"]}
+    sim = SimParams.model_validate({**base, **world})
+    promotion = {**c.promotion.model_dump(), **WORLDS[args.world]["promotion"]}
     if args.gate_audits is not None:
         fields["arm_audits"] = {**fields["arm_audits"], "gate": args.gate_audits}
     if args.certify_rounds is not None:
         fields["certify_rounds"] = args.certify_rounds
-    changes = {"certification": cert, "budget": fields, "arms": ["never", "gate"]}
+    changes = {"certification": cert, "budget": fields, "arms": ["never", "gate"], "promotion": promotion}
     return revalidated(loaded, {**changes, "backend_settings": sim.model_dump(mode="json")})
 
 

@@ -68,3 +68,19 @@ def test_the_bounds_are_clopper_pearson_upper_limits() -> None:
     assert project.upper_95(0, 300) == pytest.approx(0.00994, abs=1e-4)
     assert project.upper_95(3, 20) == pytest.approx(0.3437, abs=1e-3)  # P(X <= 3 | 20, 0.3437) = 0.05
     assert project.upper_95(5, 5) == 1.0
+
+
+def test_the_stress_world_is_a_permissive_search_on_small_seed_specific_effects() -> None:
+    from sil.contract.schema import load_contract
+    from sil.contract.simparams import SimParams
+
+    args = project.parse_args(["--world", "stress"])
+    loaded = project.design_contract(load_contract(project.CONTRACT), "project", "fresh", args)
+    c = loaded.contract
+    sim = c.settings(SimParams)
+    assert (sim.landscape, sim.effect_heterogeneity, sim.effect_mixture.help_target) == ("hashed", 1.0, (0.1, 0.5))
+    assert sim.effect_mixture.null == 0.45, "the mixture's other fields stay the contract's"
+    assert (c.promotion.alpha_search, c.promotion.screen_sd) == (0.45, 0.0)
+    assert c.certification.claim == "fresh" and c.certification.project_alpha == 0.05
+    mech = project.design_contract(load_contract(project.CONTRACT), "none", "heldout", project.parse_args([]))
+    assert mech.contract.promotion == load_contract(project.CONTRACT).contract.promotion
