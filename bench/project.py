@@ -5,7 +5,7 @@ differs from seed to seed) and runs the product's own loop (`bench.looprun`, `si
 and certification, audits computed in-process) up to R times in one project folder, so every
 certification is spent in the project's holdout ledger as `sil run`'s are. Run i starts from
 the champion the last run delivered (the starting policy if none was), with a new candidate
-stream (its run seed). With the project budget (`certification.project_alpha`), the user stops
+stream (its run seed) and fresh audits of the same world (its own `sim.noise_seed`). With the project budget (`certification.project_alpha`), the user stops
 when `sil check` would refuse the next run (`sil.exec.holdoutcheck.next_spend`).
 
 Per design (budget none | project, claim heldout | fresh) and per R = 1..--revisions:
@@ -151,7 +151,7 @@ def one_project(task: tuple[str, str, int, int, dict[str, Any]]) -> list[dict[st
     start_dir, out = POLICIES, []
     try:
         for i in range(revisions):
-            loaded = revalidated(base, {"seed": base.contract.seed + i * RUN_SEED_STEP})
+            loaded = revision(base, i)
             if refused(loaded, folder):
                 out.append(asdict(Delivery(False, True, False, False, _target(world, start, origin))))
                 continue
@@ -173,6 +173,19 @@ def one_project(task: tuple[str, str, int, int, dict[str, Any]]) -> list[dict[st
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return out
+
+
+def revision(base: LoadedContract, i: int) -> LoadedContract:
+    """Run i of a project: a new candidate stream (its run seed) and, as a real re-run would, fresh
+    audits of the same world (its own `sim.noise_seed`; run 0 keeps the world's own stream).
+    Without this a simulated re-run would replay its predecessor's audits exactly."""
+    c = base.contract
+    fields: dict[str, Any] = {"seed": c.seed + i * RUN_SEED_STEP}
+    if i:
+        sim = c.settings(SimParams)
+        fresh = sim.model_copy(update={"noise_seed": sim.world_seed + i * RUN_SEED_STEP})
+        fields["backend_settings"] = fresh.model_dump(mode="json")
+    return revalidated(base, fields)
 
 
 def _target(world: ProjectWorld, docs: dict[str, dict[str, Any]], origin: dict[str, dict[str, Any]]) -> float:

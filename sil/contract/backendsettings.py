@@ -17,7 +17,7 @@ contract is read as before and keeps its hash.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -39,6 +39,14 @@ class BackendSettings(BaseModel):
     # A backend that checks its token limit only after each call pays the call that crosses it in
     # full: its paid roles must say how many tokens one call can read (`context_tokens`).
     limit_checked_after_each_call: ClassVar[bool] = False
+    # Settings added after contracts that name this backend were written: left out of the
+    # contract's hash while at their default, so an older contract keeps its hash.
+    added_later: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def hashed(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings as the contract hashes them: `added_later` ones at their default left out."""
+        return {k: v for k, v in settings.items() if k not in cls.added_later or v != cls.model_fields[k].default}
 
 
 class NoSettings(BackendSettings):

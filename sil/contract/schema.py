@@ -651,7 +651,10 @@ class Contract(_Strict):
 
     def canonical_json(self) -> str:
         data = self.model_dump(mode="json")
-        data.update(v1_backend_layout(self.backend, data.pop("backend_settings")))
+        settings, model = data.pop("backend_settings"), settings_model(self.backend)
+        if settings is not None and model is not None:
+            settings = model.hashed(settings)
+        data.update(v1_backend_layout(self.backend, settings))
         if self.executor == Executor():  # contracts written before the executor existed keep their hash
             del data["executor"]
         if not self.measurement.common_random_numbers:  # and those written before CRN existed

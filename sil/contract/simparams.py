@@ -62,10 +62,19 @@ class EffectMixture(BaseModel):
 class SimParams(BackendSettings):
     """Parameters of the embedded simulated audit (see sil_runtime/sim/README.md)."""
 
+    @property
+    def audit_seed(self) -> int:
+        """The seed of the audit noise: `noise_seed`, else `world_seed`."""
+        return self.world_seed if self.noise_seed is None else self.noise_seed
+
     # the simulated audit plays auditor, target and judge itself: sim/auditor, sim/target, sim/judge
     own_roles_prefix: ClassVar[str | None] = "sim/"
+    added_later: ClassVar[tuple[str, ...]] = ("noise_seed",)
 
     world_seed: int = 20261129
+    # the audit noise's own stream (noise, pairs, drift, crashes, highlights); unset = world_seed. The
+    # same world audited afresh, as a real runtime's re-run is, is the same world_seed with another one.
+    noise_seed: int | None = None
     landscape_seed: int = 7
     intercepts: dict[str, float]
     drift_loading: dict[str, float] = {}

@@ -72,7 +72,11 @@ def read_params(path: Path) -> SimParams:
 
 
 def crashes(params: SimParams, audit_id: str) -> bool:
-    return bool(keyed_rng(params.world_seed, "crash", audit_id).random() < params.p_crash)
+    return bool(keyed_rng(params.audit_seed, "crash", audit_id).random() < params.p_crash)
+
+
+def _noise_note(params: SimParams) -> str:
+    return "" if params.noise_seed is None else f", noise_seed {params.noise_seed}"
 
 
 def world_seeds(measurement: Path, seed_set: str) -> tuple[list[prepare.Seed], slice]:
@@ -137,7 +141,7 @@ def simulate(
     scores = world.audit(theta, args.tick, args.pair_key, args.audit_id, args.judge_resamples)[rows]
     notes = [
         SIMULATED_NOTE,
-        f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}, "
+        f"tick {args.tick}, pair key {args.pair_key!r}, world_seed {params.world_seed}{_noise_note(params)}, "
         f"landscape {params.landscape}, landscape_seed {params.landscape_seed}",
         *policies.warnings,
     ]

@@ -210,7 +210,7 @@ def highlights(
     fixed = fixed_share(documents)
     out: list[list[Highlight]] = []
     for s, seed in enumerate(seed_ids):
-        rng = keyed_rng(params.world_seed, "highlights", audit_key, seed)
+        rng = keyed_rng(params.audit_seed, "highlights", audit_key, seed)
         notes: list[Highlight] = []
         for m, mech in enumerate(MECHANISMS):
             left = strengths[s, m] * (1.0 - fixed[mech.name][0])

@@ -93,12 +93,12 @@ class World:
         rho = math.exp(-1.0 / p.drift_corr_audits)
         step_sd = p.drift_sd * math.sqrt(1.0 - rho * rho)
         path: list[float] = [float(x) for x in self._ou_path]
-        z = path[-1] if path else float(keyed_rng(p.world_seed, "drift-start").normal(0.0, p.drift_sd))
+        z = path[-1] if path else float(keyed_rng(p.audit_seed, "drift-start").normal(0.0, p.drift_sd))
         if not path:
             path.append(z)
         while len(path) <= tick:
             block = len(path) // DRIFT_BLOCK
-            xi = keyed_rng(p.world_seed, "drift", block).normal(0.0, step_sd, DRIFT_BLOCK)
+            xi = keyed_rng(p.audit_seed, "drift", block).normal(0.0, step_sd, DRIFT_BLOCK)
             for i in range(len(path) % DRIFT_BLOCK, DRIFT_BLOCK):
                 z = rho * z + xi[i]
                 path.append(z)
@@ -117,7 +117,7 @@ class World:
         if judge_resamples < 1:
             raise ValueError(f"judge_resamples must be >= 1, got {judge_resamples}")
         p = self.params
-        own = keyed_rng(p.world_seed, "own", own_key)
+        own = keyed_rng(p.audit_seed, "own", own_key)
         batch, noise = self._batch_and_noise(own)
         j = p.judge_noise_share
         judge = np.zeros((judge_resamples, *self.shape))
@@ -127,7 +127,7 @@ class World:
         r = p.pair_correlation
         c = 1.0
         if r > 0.0:
-            pair = keyed_rng(p.world_seed, "pair", pair_key)
+            pair = keyed_rng(p.audit_seed, "pair", pair_key)
             shared_batch, shared_noise = self._batch_and_noise(pair)
             a, c = math.sqrt(r), math.sqrt(1.0 - r)
             batch = a * shared_batch + c * batch

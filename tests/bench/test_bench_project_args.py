@@ -84,3 +84,14 @@ def test_the_stress_world_is_a_permissive_search_on_small_seed_specific_effects(
     assert c.certification.claim == "fresh" and c.certification.project_alpha == 0.05
     mech = project.design_contract(load_contract(project.CONTRACT), "none", "heldout", project.parse_args([]))
     assert mech.contract.promotion == load_contract(project.CONTRACT).contract.promotion
+
+
+def test_each_revision_audits_the_same_world_afresh() -> None:
+    from sil.contract.schema import load_contract
+    from sil.contract.simparams import SimParams
+
+    base = project.design_contract(load_contract(project.CONTRACT), "none", "heldout", project.parse_args([]))
+    sims = [project.revision(base, i).contract.settings(SimParams) for i in range(3)]
+    assert sims[0].noise_seed is None and len({s.audit_seed for s in sims}) == 3
+    assert len({s.world_seed for s in sims}) == 1 and len({s.landscape_seed for s in sims}) == 1
+    assert len({project.revision(base, i).contract.seed for i in range(3)}) == 3

@@ -68,6 +68,18 @@ def test_a_setting_of_a_built_in_backend_changes_the_hash() -> None:
     assert other.contract_hash != base.contract_hash
 
 
+def test_a_setting_added_later_is_hashed_only_once_it_is_set() -> None:
+    """`sim.noise_seed` came after contracts were approved: unset it keeps their hash; set, it is
+    part of what was approved (another noise seed audits afresh, so it is another contract)."""
+    text = (V1 / "sim.md").read_text()
+    base = parse_contract(text).contract
+    named = parse_contract(
+        text.replace("  world_seed: 20261129", "  world_seed: 20261129\n  noise_seed: 5", 1)
+    ).contract
+    assert named.settings(SimParams).noise_seed == 5 and named.contract_hash != base.contract_hash
+    assert "noise_seed" not in base.canonical_json() and '"noise_seed":5' in named.canonical_json()
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

@@ -208,3 +208,16 @@ def test_the_landscape_draws_each_edits_effect_from_the_contracts_mixture() -> N
     assert (deltas > 0).all(), "every edit harms the target under this mixture"
     default = [edit_field(e, DIMS, "target", CRITICAL, 8, params())[:, 0].mean() for e in edits]
     assert (np.array(default) < 0).any(), "the default mixture has edits that help the target"
+
+
+def test_another_noise_seed_audits_the_same_world_afresh() -> None:
+    theta = np.zeros((5, len(DIMS)))
+    same = World(params(), DIMS, 5)
+    again = World(params(noise_seed=20261129), DIMS, 5)  # the world_seed's own stream, named
+    fresh = World(params(noise_seed=11), DIMS, 5)
+    a = same.audit(theta, 3, "p", "a1")
+    np.testing.assert_array_equal(a, again.audit(theta, 3, "p", "a1"))
+    assert not np.array_equal(np.nan_to_num(a), np.nan_to_num(fresh.audit(theta, 3, "p", "a1")))
+    np.testing.assert_array_equal(same.seed_difficulty, fresh.seed_difficulty)  # the same world
+    np.testing.assert_allclose(same.expected_scores(theta), fresh.expected_scores(theta))
+    assert same.drift(40) != fresh.drift(40)
