@@ -314,7 +314,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--resume",
         action="store_true",
-        help="keep the projects already in --out/project.json and measure on from there",
+        help="keep the projects already in --out/NAME.json and measure on from there",
     )
     args = ap.parse_args(argv)
     if min(args.runs, args.revisions, args.jobs, args.certifications, args.fresh_seeds) < 1:
@@ -331,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every design's projects, interleaved so that all designs have the same count at any time;
     the results files are rewritten after each round of projects (a stopped measurement keeps its
     last complete round, and says its count). With --resume, the projects already in
-    `--out`/project.json are kept and the measurement goes on from the next project."""
+    `--out`/NAME.json are kept and the measurement goes on from the next project."""
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = parse_args(argv)
     started = time.monotonic()
@@ -382,7 +382,6 @@ def resumed(args: argparse.Namespace) -> Earlier:
         raise SystemExit(f"--resume: nothing to resume, {path} does not exist; run without --resume first") from None
     except (OSError, ValueError, KeyError, TypeError) as ex:
         raise SystemExit(f"--resume: {path} is not a project measurement this bench wrote ({ex!r})") from None
-    settings = {"world": "mechanisms", **settings}  # measured before --world existed
     differ = [k for k in SETTINGS if settings.get(k) != getattr(args, k)]
     if differ:
         said = ", ".join(f"--{k.replace('_', '-')} {settings.get(k)} (now {getattr(args, k)})" for k in differ)

@@ -16,6 +16,7 @@ outside state that may change between two calls. Past MAX_ENTRIES views the olde
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -130,23 +131,17 @@ class ViewCache:
             pass  # a cache that cannot be written only costs time
 
 
-def prune(folder: Path, most: int | None = None, keep: int | None = None) -> int:
-    """Past `most` entries (MAX_ENTRIES), remove the least recently written down to `keep`
-    (PRUNED_TO); the number removed. A view removed is only made again when asked for."""
-    most, keep = most or MAX_ENTRIES, keep or PRUNED_TO
+def prune(folder: Path) -> None:
+    """Past MAX_ENTRIES entries, remove the least recently written down to PRUNED_TO (a view
+    removed is only made again when asked for)."""
     with os.scandir(folder) as it:
         entries = [e for e in it if e.is_file(follow_symlinks=False)]
-    if len(entries) <= most:
-        return 0
+    if len(entries) <= MAX_ENTRIES:
+        return
     entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
-    removed = 0
-    for entry in entries[: len(entries) - keep]:
-        try:
+    for entry in entries[: len(entries) - PRUNED_TO]:
+        with contextlib.suppress(OSError):  # another process removed it first
             os.unlink(entry.path)
-            removed += 1
-        except OSError:
-            pass  # another process removed it first
-    return removed
 
 
 def overviews(run_dirs: list[Path]) -> list[RunOverview]:

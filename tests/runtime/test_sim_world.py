@@ -24,6 +24,11 @@ def params(**kw) -> SimParams:
     return SimParams(intercepts=INTERCEPTS, drift_loading={"target": 1.0}, **kw)
 
 
+def only(kind: str, **ranges: tuple[float, float]) -> EffectMixture:
+    """A mixture of one candidate type, with the given effect ranges."""
+    return EffectMixture(**{t: float(t == kind) for t in CANDIDATE_TYPES}, **ranges)
+
+
 def quiet(**kw) -> SimParams:
     """No drift and no missingness, so means and correlations are pure audit noise."""
     return params(drift_sd=0.0, p_missing_cell=0.0, p_missing_dimension=0.0, **kw)
@@ -156,14 +161,7 @@ def test_effect_field_is_seed_heterogeneous_around_delta():
 
 
 def test_custom_mixture_draws_tradeoffs_in_its_ranges():
-    mix = EffectMixture(
-        null=0.0,
-        harms_target=0.0,
-        helps_target=0.0,
-        helps_target_harms_critical=1.0,
-        harms_critical_only=0.0,
-        tradeoff_harm=(0.3, 0.8),
-    )
+    mix = only("helps_target_harms_critical", tradeoff_harm=(0.3, 0.8))
     rng = np.random.default_rng(1)
     for _ in range(200):
         kind, d = draw_candidate(rng, DIMS, "target", CRITICAL, mix)
@@ -194,14 +192,7 @@ def test_the_landscape_draws_each_edits_effect_from_the_contracts_mixture() -> N
     """`sim.effect_mixture` reaches the runtime's own landscape, not only the bench's vector world."""
     from sil_runtime.sim.landscape import Edit, edit_field
 
-    harms = EffectMixture(
-        null=0,
-        harms_target=1,
-        helps_target=0,
-        helps_target_harms_critical=0,
-        harms_critical_only=0,
-        harm_target=(0.4, 0.5),
-    )
+    harms = only("harms_target", harm_target=(0.4, 0.5))
     edits = [Edit("prompt_wrapper", f"path{i}", f"{i:064x}") for i in range(40)]
     fields = [edit_field(e, DIMS, "target", CRITICAL, 8, params(effect_mixture=harms)) for e in edits]
     deltas = np.array([f[:, 0].mean() for f in fields])
