@@ -42,7 +42,7 @@ ATTEMPTS_FILE = "attempts"
 SET_ASIDE_PREFIX = "prior-attempt-"
 POLL_S = 0.05
 KILL_GRACE_S = 2.0
-START_GRACE_S = 2.0  # without /proc: how long a launched wrapper may take to log its pid
+START_GRACE_S = 2.0  # how long a launched wrapper may take to log its pid (or show its environment)
 PROC = Path("/proc")
 EVENTS = ("launch", "start", "exit", "kill")
 # The wrapper logs its pid first and the audit's exit status last, so a loop that died while
@@ -182,7 +182,9 @@ def read_status(audit_dir: Path) -> AttemptStatus:
             detail=f"attempt {n} exited with status {rc}",
         )
     alive = _live_pids(audit_dir, base["pid"], base["ticks"])
-    if alive is None:  # no /proc and no pid yet: give the wrapper a moment to log one
+    if alive is None or (not alive and base["pid"] is None and _just_launched(base["launched_at"])):
+        # no /proc and no pid yet, or a wrapper still inside its exec (its environment not yet
+        # readable): give it a moment to log its pid
         return _await_pid(audit_dir, base)
     if not alive and _logged_exit(audit_dir, n):
         # It exited between our read of the log and the process scan (the wrapper logs its exit
@@ -255,16 +257,22 @@ def _wait_gone(audit_dir: Path, pid: int | None, ticks: int | None, seconds: flo
     return True
 
 
+def _just_launched(launched_at: float | None) -> bool:
+    return launched_at is not None and time.time() - launched_at < START_GRACE_S
+
+
 def _await_pid(audit_dir: Path, base: dict[str, Any]) -> AttemptStatus:
+    """A launched attempt with no pid logged and no process seen: wait for either to show."""
     attempt = base["attempt"]
     end = time.monotonic() + START_GRACE_S
     while time.monotonic() < end:
         time.sleep(POLL_S)
         try:
-            if any(e["event"] == "start" and e["attempt"] == attempt for e in read_events(audit_dir)):
-                return read_status(audit_dir)  # has a pid now, so this cannot come back here
+            started = any(e["event"] == "start" and e["attempt"] == attempt for e in read_events(audit_dir))
         except AuditStateUnknown as ex:
             return AttemptStatus(state="unknown", **base, detail=str(ex))
+        if started or _live_pids(audit_dir, None):
+            return read_status(audit_dir)
     return AttemptStatus(state="died", **base, detail=f"attempt {attempt} never started")
 
 
