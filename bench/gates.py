@@ -38,6 +38,7 @@ from bench.metrics import (
     by_kind,
     format_by_kind,
     format_table,
+    moved_intro,
     moved_table,
     provenance,
 )
@@ -496,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--out", type=Path, help="also write <out>/<name>.md and <name>.json")
     ap.add_argument("--previous", type=Path, help="an earlier results .json: say how far each row moved from it")
+    ap.add_argument("--why", help="with --previous: what changed since the earlier file, said beside the moves")
     ap.add_argument("--name", default="gates", help="file stem of the --out files (default gates)")
     return ap
 
@@ -559,7 +561,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(block)
     out.append(block)
     if before is not None:
-        out.append(against(args.previous, before, tables))
+        out.append(against(args.previous, before, tables, args.why))
         print(out[-1])
     checks = acceptance(tables, validity, alpha_run)
     block = "## Acceptance checks\n\n" + "\n".join(f"- {line}" for line in checks)
@@ -572,24 +574,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
 
 
-GATES_LOOP_CHANGE = (
-    "Why the figures moved: the earlier file's loop gate, its variants, the certified oracle and the posterior references "
-    "ran in bench.procedures' copy of the candidate loop (drive_candidate_arm, "
-    "calibrate, certify_champion). Now they run `sil run`'s own phases (preflight, baseline, the never "
-    "arm's calibration, the gate arm's CandidateArm, the final certification, with the judge-drift canary) "
-    "in a temporary folder, each candidate entering as a policy edit that the in-process executor audits "
-    "at its latent field (bench/vectorloop.py). The worlds, the candidate streams and the split of the "
-    "budget (calibration, the certification's 2 x certify_rounds audits, the gate arm the rest) are the "
-    "copy's; the noise draws are not (every audit has the loop's own id and tick, and the preflight and "
-    "baseline audits move the drift clock by 6 ticks). The SE of a difference treats the two files as "
-    "independent, an approximation when their worlds overlap. A move within about two standard errors "
-    "is what other noise draws give; a larger one comes from the changes above."
-)
-
-
-def against(path: Path, before: dict[tuple[str, str], dict[str, Any]], tables: dict[Cell, list[Row]]) -> str:
+def against(
+    path: Path, before: dict[tuple[str, str], dict[str, Any]], tables: dict[Cell, list[Row]], why: str | None
+) -> str:
     """The section saying how far each row moved from the earlier results file, and why."""
-    return f"## Against `{path}` (before this run)\n\n{GATES_LOOP_CHANGE}\n\n{moved_table(before, moved_rows(tables))}"
+    intro = moved_intro(path, why)
+    return f"## Against `{path}` (before this run)\n\n{intro}\n\n{moved_table(before, moved_rows(tables))}"
 
 
 def cell_key(world: str, rho: float, budget: int) -> str:

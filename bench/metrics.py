@@ -269,21 +269,19 @@ def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> 
     )
 
 
-# What changed when the bench stopped driving its own copy of the loop and ran the product's
-# (bench/looprun.py); each re-measured results file says it beside its figures.
-LOOP_CHANGE = (
-    "Why the figures moved: until commit 00dec95 the bench drove its own copy of the loop "
-    "(drive_candidate_arm of bench/procedures.py, GateRun of bench/proposers.py). Now it runs `sil run`'s own "
-    "phases (preflight, baseline, never, random, gate, final, with the judge-drift canary), arms and "
-    "certification (bench/looprun.py), the audits computed in-process by the sim audit's own code. "
-    "So every audit has the loop's own audit id and tick (other noise draws than the copy's, and the "
-    "baseline's audits now move the drift clock), the run's seed is the contract's moved by the world "
-    "number (other coins and proposals), the proposer sees the loop's own evidence context, the loop's "
-    "stop rules apply (candidate limit, consecutive gaps, a simulated crash is a gap as in a run), and "
-    "the certification runs on the seeds `measurement.certify_on` names (the proposer grid's copy "
-    "certified on the search seeds). A move within about two standard errors of the difference is what "
-    "other noise draws give; a larger one comes from the changes above, not from noise alone."
-)
+def moved_intro(previous: Path, why: str | None) -> str:
+    """Why rows moved from an earlier results file: the reason the person re-measuring gave
+    (`--why`), and the commit the earlier file was measured at, so `git log` shows the rest."""
+    md = previous.with_suffix(".md")
+    lines = md.read_text(encoding="utf-8").splitlines() if md.is_file() else []
+    was = next((x.removeprefix("- commit: ").split()[0] for x in lines if x.startswith("- commit: ")), None)
+    since = f"commit {was} (what changed since: `git log {was}..`)" if was else "an unrecorded commit"
+    return (
+        (f"Why the figures moved: {why}\n\n" if why else "")
+        + f"The earlier file was measured at {since}. The SE of a difference treats the two files as "
+        "independent, an approximation when their worlds overlap. A move within about two standard errors "
+        "is what other noise draws give; a larger one comes from what changed."
+    )
 
 
 def previous_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:

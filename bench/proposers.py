@@ -558,11 +558,12 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
 
 def moved_section(args: argparse.Namespace, now: dict[tuple[str, str], dict[str, Any]]) -> str:
     """With `--previous`: how far each row moved from the earlier results file, and why."""
-    from bench.metrics import LOOP_CHANGE, moved_table
+    from bench.metrics import moved_intro, moved_table
 
     if args.before is None:
         return ""
-    return f"\n## Against `{args.previous}` (before this run)\n\n{LOOP_CHANGE}\n\n{moved_table(args.before, now)}"
+    intro = moved_intro(args.previous, args.why)
+    return f"\n## Against `{args.previous}` (before this run)\n\n{intro}\n\n{moved_table(args.before, now)}"
 
 
 def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
@@ -671,6 +672,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="promotion overrides")
     ap.add_argument("--arms", action="store_true", help="the contract's three arms with its arm budgets")
     ap.add_argument("--previous", type=Path, help="an earlier results .json: say how far each row moved from it")
+    ap.add_argument("--why", help="with --previous: what changed since the earlier file, said beside the moves")
     ap.add_argument(
         "--entries", help="proposer:rule pairs, e.g. mutator:gate,oracle:oracle_gate (instead of proposers x rules)"
     )

@@ -227,6 +227,17 @@ def test_previous_says_how_far_each_row_moved_from_an_earlier_file(setup, tmp_pa
         gates.previous_cells(tmp_path / "missing.json")
 
 
+def test_the_moves_say_the_reason_given_and_the_earlier_files_commit(tmp_path):
+    from bench.metrics import moved_intro
+
+    (tmp_path / "arms.md").write_text("# x\n\n- command: `python -m bench.proposers`\n- commit: 51447c2\n")
+    intro = moved_intro(tmp_path / "arms.json", "the horizon is sized by the search now")
+    assert intro.startswith("Why the figures moved: the horizon is sized by the search now")
+    assert "measured at commit 51447c2" in intro and "git log 51447c2.." in intro
+    bare = moved_intro(tmp_path / "other.json", None)
+    assert "Why" not in bare and "an unrecorded commit" in bare
+
+
 def test_a_budget_that_cannot_pay_the_loops_certification_is_refused_before_any_run():
     setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
     with pytest.raises(SystemExit, match="--budgets 150 cannot pay loop_gate's calibration"):
