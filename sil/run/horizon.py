@@ -1,9 +1,10 @@
 """How a certified arm's audits are split between its search and its certification.
 
-`budget.certify_horizon: fixed` (the default): the arm searches on `arm_audits[arm]`, and its
+`budget.certify_horizon: fixed` (the field's default, so a contract that leaves it out keeps its
+meaning and hash): the arm searches on `arm_audits[arm]`, and its
 certification has `certify_rounds` rounds (more when the proposer ran dry: sil/run/certify.py).
 
-`budget.certify_horizon: search`: the arm's search and its certification share one pool,
+`budget.certify_horizon: search` (what program.md sets): the arm's search and its certification share one pool,
 `arm_audits[arm] + 2 * certify_rounds` audits. While the search goes on it may spend all of it
 but the rounds held back for certifying its current champion (sil/stats/horizon.reserved_looks:
 sized from the champion's effect as the search estimated it, the frozen noise and the seeds the

@@ -35,8 +35,19 @@ def test_a_contract_written_before_keeps_its_hash(name: str) -> None:
     assert again.contract_hash == V1_HASHES[name] and again == contract
 
 
-def test_the_default_contract_keeps_the_hash_its_golden_run_recorded() -> None:
-    assert load_contract(REPO / "program.md").contract.contract_hash == V1_HASHES["sim.md"]
+def test_the_default_contract_has_the_hash_its_golden_run_recorded() -> None:
+    from tests.golden.ledgerdiff import read
+
+    (contract,) = [r for r in read(REPO / "tests" / "golden" / "default-run.jsonl.gz") if r["type"] == "contract"]
+    assert load_contract(REPO / "program.md").contract.contract_hash == contract["payload"]["contract_hash"]
+
+
+def test_the_default_contract_differs_from_its_v1_copy_only_by_the_sized_horizon() -> None:
+    """program.md chose `certify_horizon: search` after v1; without that line it is v1's contract."""
+    text = (REPO / "program.md").read_text()
+    line = next(x for x in text.splitlines(keepends=True) if x.lstrip().startswith("certify_horizon:"))
+    assert load_contract(REPO / "program.md").contract.budget.certify_horizon == "search"
+    assert parse_contract(text.replace(line, "")).contract.contract_hash == V1_HASHES["sim.md"]
 
 
 def sim_as_kind_and_settings(text: str) -> str:

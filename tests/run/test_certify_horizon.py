@@ -24,8 +24,7 @@ SIGMA = 0.5  # quiet enough that a champion with no harm needs fewer than 70 rou
 def open_sized(root: Path, horizon: str = "search") -> RunContext:
     contract = root / "program.md"
     edit_contract(contract, "certify_random: true", "certify_random: false")
-    if horizon == "search":
-        edit_contract(contract, "certify_rounds: 70", "certify_rounds: 70\n  certify_horizon: search")
+    edit_contract(contract, "certify_horizon: search", f"certify_horizon: {horizon}")  # program.md's is search
     cfg = RunConfig(
         repo_root=root, run_dir=root / "state" / "runs" / "h", policy_dir=root / "state" / "policies", on_event=print
     )
@@ -98,10 +97,11 @@ def test_the_new_budget_fields_hash_only_when_set(workspace: Path) -> None:
     from sil.contract.schema import ContractError
 
     contract = workspace / "program.md"
+    sized = load_contract(contract).contract
+    edit_contract(contract, "certify_horizon: search", "certify_horizon: fixed")
     before = load_contract(contract).contract
     assert not {"certify_horizon", "certify_power"} & set(json.loads(before.canonical_json())["budget"])
-    edit_contract(contract, "certify_rounds: 70", "certify_rounds: 70\n  certify_horizon: search")
-    sized = load_contract(contract).contract
+    edit_contract(contract, "certify_horizon: fixed", "certify_horizon: search")
     assert sized.budget.certify_horizon == "search" and sized.contract_hash != before.contract_hash
     edit_contract(contract, "certify_horizon: search", "certify_horizon: auto")
     try:
@@ -119,7 +119,7 @@ def test_a_whole_run_with_a_search_sized_horizon_completes_verifies_and_records_
     from tests.run.test_train import records, run_loop, shrink
 
     root = shrink(workspace)
-    edit_contract(root / "program.md", "certify_rounds: 1", "certify_rounds: 8\n  certify_horizon: search")
+    edit_contract(root / "program.md", "certify_rounds: 1", "certify_rounds: 8")  # program.md sizes by the search
     edit_contract(root / "program.md", "max_audits: 44", "max_audits: 60")
     rc = run_loop(root)
     assert rc.state.phase == "done", rc.state.halt_reason

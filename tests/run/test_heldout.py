@@ -261,6 +261,7 @@ def test_a_dry_proposer_s_unspent_audits_lengthen_the_certification(
     from sil.run import certify
 
     root = shrink(workspace)
+    edit_contract(root / "program.md", "certify_horizon: search", "certify_horizon: fixed")  # the rule under test
     real_phase = certify.final_phase
 
     def after_a_short_search(rc) -> None:  # type: ignore[no-untyped-def]
