@@ -247,6 +247,7 @@ def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> 
     import datetime
     import os
     import platform
+    import shlex
     import subprocess
 
     def git(*args: str) -> str:
@@ -260,7 +261,7 @@ def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> 
     load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     took = f"; took {seconds:.0f} s" if seconds is not None else ""
     return (
-        f"- command: `python -m {' '.join(argv)}`\n"
+        f"- command: `python -m {shlex.join(argv)}`\n"
         f"- date: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}{took}\n"
         f"- commit: {commit}{dirty}\n"
         f"- machine: {platform.node()}, {os.cpu_count()} cores{load}\n"

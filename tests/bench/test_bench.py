@@ -238,6 +238,16 @@ def test_the_moves_say_the_reason_given_and_the_earlier_files_commit(tmp_path):
     assert "Why" not in bare and "an unrecorded commit" in bare
 
 
+def test_a_results_files_command_can_be_pasted_back_into_a_shell():
+    import shlex
+
+    from bench.metrics import provenance
+
+    argv = ["bench.proposers", "--why", "the horizon's rule changed", "--runs", "2"]
+    line = next(x for x in provenance(argv, "2").splitlines() if x.startswith("- command: "))
+    assert shlex.split(line.removeprefix("- command: `python -m ").removesuffix("`")) == argv
+
+
 def test_a_budget_that_cannot_pay_the_loops_certification_is_refused_before_any_run():
     setup = load_setup(REPO / "program.md", ("loop_gate",), with_aux=False)
     with pytest.raises(SystemExit, match="--budgets 150 cannot pay loop_gate's calibration"):
