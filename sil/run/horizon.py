@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from sil.contract.schema import Contract
 from sil.exec.measure import MeasureContext
+from sil.stats.holdout import rule_for
 from sil.stats.horizon import reserved_looks
 from sil.stats.judges import seed_count_scale
 from sil.store.runstate import ArmState, RunState
@@ -39,14 +40,17 @@ def pool_audits(contract: Contract, arm: str) -> int:
 
 
 def held_back(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int:
-    """Rounds held back for certifying the arm's current champion (its search still going on)."""
+    """Rounds held back for certifying the arm's current champion (its search still going on),
+    planned at the level its certification will run at: under a project budget a share of the
+    project's alpha, smaller than alpha_certify, so it needs more rounds."""
     b, arm_state = contract.budget, state.arms.get(arm)
     champion_moved = arm_state is not None and arm_state.champion != state.origin
     effect = arm_state.champion_effect if arm_state is not None and champion_moved else None
     pool = state.shared.pool
     noise = pool.estimate() if pool.n_pairs else None
     scale = seed_count_scale(len(measure.seed_ids), len(measure.seeds_for(measure.certify_on)))
-    return reserved_looks(contract.promotion, noise, effect, b.certify_rounds, b.certify_power, scale)
+    level = rule_for(contract).step
+    return reserved_looks(contract.promotion, noise, effect, b.certify_rounds, b.certify_power, scale, level)
 
 
 def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:

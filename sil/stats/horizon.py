@@ -59,11 +59,17 @@ def _norm_cdf(x: float) -> float:
 
 
 def planned_power(
-    promotion: Promotion, noise: NoiseEstimate, effect: Mapping[str, float], looks: int, sigma_scale: float = 1.0
+    promotion: Promotion,
+    noise: NoiseEstimate,
+    effect: Mapping[str, float],
+    looks: int,
+    sigma_scale: float = 1.0,
+    alpha: float | None = None,
 ) -> float:
-    """P(the certification with `looks` rounds certifies a champion whose true change is `effect`),
-    by its last look; 0 when a leg has no noise estimate (an unknown leg cannot pass)."""
-    gate = make_certify_gate(promotion, noise, looks, sigma_scale=sigma_scale)
+    """P(the certification with `looks` rounds at level `alpha` (None: alpha_certify) certifies a
+    champion whose true change is `effect`, by its last look; 0 when a leg has no noise estimate
+    (an unknown leg cannot pass)."""
+    gate = make_certify_gate(promotion, noise, looks, alpha=alpha, sigma_scale=sigma_scale)
     power = 1.0
     for leg in gate.legs:
         if leg.sigma is None or leg.df is None or leg.sigma <= 0:
@@ -81,6 +87,7 @@ def sized_looks(
     cap: int,
     power: float,
     sigma_scale: float = 1.0,
+    alpha: float | None = None,
 ) -> int:
     """The fewest rounds (1..cap) whose planned power reaches `power`; `cap` when none does.
 
@@ -90,7 +97,7 @@ def sized_looks(
         raise ValueError(f"the certification's cap must be >= 1 round, got {cap}")
 
     def enough(n: int) -> bool:
-        return planned_power(promotion, noise, effect, n, sigma_scale) >= power
+        return planned_power(promotion, noise, effect, n, sigma_scale, alpha) >= power
 
     if not enough(cap):
         return cap
@@ -114,13 +121,15 @@ def reserved_looks(
     cap: int,
     power: float,
     sigma_scale: float = 1.0,
+    alpha: float | None = None,
 ) -> int:
     """Rounds to hold back for certifying an arm's champion while its search goes on:
-    the champion's sized horizon (`effect` None = still the start), never below what a future
-    champion at the floor effect needs. Without a noise estimate yet, the whole cap."""
+    the champion's sized horizon (`effect` None = still the start) at the level the
+    certification will run at (`alpha`; None: alpha_certify), never below what a future champion
+    at the floor effect needs. Without a noise estimate yet, the whole cap."""
     if noise is None or not noise.sigma:
         return cap
-    floor = sized_looks(promotion, noise, floor_effect(promotion), cap, power, sigma_scale)
+    floor = sized_looks(promotion, noise, floor_effect(promotion), cap, power, sigma_scale, alpha)
     if effect is None:
         return floor
-    return max(floor, sized_looks(promotion, noise, effect, cap, power, sigma_scale))
+    return max(floor, sized_looks(promotion, noise, effect, cap, power, sigma_scale, alpha))

@@ -14,7 +14,7 @@ from sil.run.context import RunContext
 from sil.run.horizon import held_back
 from sil.run.train import RunConfig, open_run
 from sil.stats.fitness import RoundStat
-from sil.stats.horizon import reserved_looks
+from sil.stats.horizon import planned_power, reserved_looks
 from sil.stats.judges import seed_count_scale
 from tests.conftest import edit_contract
 
@@ -89,6 +89,25 @@ def test_the_held_out_seeds_noise_widening_enters_the_size(workspace: Path) -> N
     assert seed_count_scale(len(m.seed_ids), len(m.seeds_for(m.certify_on))) > 1  # 6 held-out seeds against 10
     unscaled = reserved_looks(p, rc.state.shared.pool.estimate(), None, b.certify_rounds, b.certify_power)
     assert held_back(rc.contract, rc.state, rc.measure, "gate") > unscaled
+
+
+def test_under_a_project_budget_the_rounds_are_planned_at_the_certifications_own_level(workspace: Path) -> None:
+    from sil.stats.holdout import rule_for
+
+    rc = open_sized(workspace)
+    move_champion(rc, {"broken_tool_use": -0.8, "concerning": 0.1})
+    per_run = held_back(rc.contract, rc.state, rc.measure, "gate")
+    cert = rc.contract.certification.model_copy(update={"project_alpha": 0.05, "project_certifications": 10})
+    project = rc.contract.model_copy(update={"certification": cert})
+    assert rule_for(project).step == pytest.approx(0.005)  # each certification's share
+    budgeted = held_back(project, rc.state, rc.measure, "gate")
+    assert per_run < budgeted <= rc.contract.budget.certify_rounds
+    p, b, m = rc.contract.promotion, rc.contract.budget, rc.measure
+    scale = seed_count_scale(len(m.seed_ids), len(m.seeds_for(m.certify_on)))
+    noise = rc.state.shared.pool.estimate()
+    effect = rc.state.arms["gate"].champion_effect
+    assert planned_power(p, noise, effect, budgeted, scale, alpha=0.005) >= b.certify_power
+    assert planned_power(p, noise, effect, per_run, scale, alpha=0.005) < b.certify_power
 
 
 def test_the_new_budget_fields_hash_only_when_set(workspace: Path) -> None:
