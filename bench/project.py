@@ -6,7 +6,9 @@ and certification, audits computed in-process) up to R times in one project fold
 certification is spent in the project's holdout ledger as `sil run`'s are. Run i starts from
 the champion the last run delivered (the starting policy if none was), with a new candidate
 stream (its run seed) and fresh audits of the same world (its own `sim.noise_seed`). With the project budget (`certification.project_alpha`), the user stops
-when `sil check` would refuse the next run (`sil.exec.holdoutcheck.next_spend`).
+when `sil check` would refuse the next run (`sil.exec.holdoutcheck.next_spend`). A run that
+halts (the simulated runtime crashed in `stop.max_consecutive_gaps` audits in a row) delivers
+nothing, as for a user, and the project goes on with the next run; the rows count such runs.
 
 Per design (budget none | project, claim heldout | fresh) and per R = 1..--revisions:
 P(some champion delivered by the first R runs is worse than its run's start on the target, or
@@ -36,13 +38,14 @@ import numpy as np
 
 from bench.looprun import POLICIES, SCRATCH, LoopRun
 from bench.metrics import provenance
-from bench.proposers import BenchWorld, finished, origin_documents, revalidated, world_contract
+from bench.proposers import BenchWorld, origin_documents, revalidated, world_contract
 from sil.base.fsutil import atomic_write_text
 from sil.contract import prepare
 from sil.contract.schema import LoadedContract, load_contract
 from sil.contract.simparams import SimParams
 from sil.exec.holdoutcheck import next_spend
 from sil.exec.measure import MeasureContext
+from sil.run.train import PHASES, run_phases
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "examples" / "program-mutator-offline.md"
@@ -78,6 +81,7 @@ class Delivery:
     worse_heldout: bool
     target_fresh: float  # the project's delivered policy after this run minus the origin, fresh seeds
     certifying: bool = False  # the search handed the certification a champion (it ran rounds)
+    halted: bool = False  # the run halted (e.g. consecutive audit gaps): it delivered nothing
 
 
 class ProjectWorld(BenchWorld):
@@ -156,12 +160,16 @@ def one_project(task: tuple[str, str, int, int, dict[str, Any]]) -> list[dict[st
                 out.append(asdict(Delivery(False, True, False, False, _target(world, start, origin))))
                 continue
             with LoopRun(loaded, project=folder, run_id=f"r{i:02d}", policy_dir=start_dir) as lr:
-                finished(lr)
-                gate = lr.rc.state.arms["gate"]
-                docs = lr.delivered("gate")
-                changed = gate.champion.set_id != lr.rc.state.origin.set_id
+                state = run_phases(lr.rc, PHASES)
                 cert = lr.certification("gate")
                 certifying = cert is not None and cert.rounds > 0
+                if state.phase != "done":  # as for a user: the run delivers nothing, the next run goes on
+                    halted = Delivery(False, False, False, False, _target(world, start, origin), certifying, True)
+                    out.append(asdict(halted))
+                    continue
+                gate = state.arms["gate"]
+                docs = lr.delivered("gate")
+                changed = gate.champion.set_id != state.origin.set_id
                 if changed:
                     start_dir = folder / f"start-{i:02d}"
                     shutil.copytree(lr.rc.store.set_dir(gate.champion), start_dir)
@@ -217,6 +225,7 @@ def rows_of(budget: str, claim: str, projects: list[list[dict[str, Any]]], revis
                 "deliveries_per_project": float(np.mean([sum(d["delivered"] for d in p) for p in first])),
                 "refused_per_project": float(np.mean([sum(d["refused"] for d in p) for p in first])),
                 "certifying_per_project": _certifying(first),
+                "halted_per_project": float(np.mean([sum(d.get("halted", False) for d in p) for p in first])),
                 "worse_fresh_projects": int(sum(any(d["worse_fresh"] for d in p) for p in first)),
                 "worse_heldout_projects": int(sum(any(d["worse_heldout"] for d in p) for p in first)),
                 "runs": len(projects),
@@ -260,13 +269,14 @@ def bounds_md(rows: list[dict[str, Any]], alpha: float) -> str:
 def format_md(rows: list[dict[str, Any]], args: argparse.Namespace, prov: str, n: int, segments: list[str]) -> str:
     head = (
         "| budget | claim | R | P(any worse, fresh seeds) | P(any worse, held-out seeds) "
-        "| final target, fresh seeds | deliveries | certifications run | refused runs | projects |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| final target, fresh seeds | deliveries | certifications run | refused runs | halted runs | projects |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     body = "".join(
         f"| {r['budget']} | {r['claim']} | {r['revisions']} | {r['p_any_worse_fresh_seeds']:.3f} "
         f"| {r['p_any_worse_heldout']:.3f} | {r['final_target_fresh_seeds']:+.3f} | {r['deliveries_per_project']:.2f} "
-        f"| {_or_dash(r['certifying_per_project'])} | {r['refused_per_project']:.2f} | {r['runs']} |\n"
+        f"| {_or_dash(r['certifying_per_project'])} | {r['refused_per_project']:.2f} "
+        f"| {r['halted_per_project']:.2f} | {r['runs']} |\n"
         for r in rows
     )
     return (

@@ -95,3 +95,24 @@ def test_each_revision_audits_the_same_world_afresh() -> None:
     assert sims[0].noise_seed is None and len({s.audit_seed for s in sims}) == 3
     assert len({s.world_seed for s in sims}) == 1 and len({s.landscape_seed for s in sims}) == 1
     assert len({project.revision(base, i).contract.seed for i in range(3)}) == 3
+
+
+def test_a_halted_run_delivers_nothing_and_the_project_goes_on(monkeypatch) -> None:
+    from sil.run.train import run_phases
+
+    calls: list[int] = []
+
+    def halt_the_first(rc, phases):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:  # the first run's runtime crashed in every audit, say
+            rc.state.phase, rc.state.halt_reason = "halted", "3 consecutive audit gaps"
+            return rc.state
+        return run_phases(rc, phases)
+
+    monkeypatch.setattr(project, "run_phases", halt_the_first)
+    opts = vars(project.parse_args(["--gate-audits", "20", "--certify-rounds", "4", "--revisions", "2"]))
+    runs = project.one_project(("none", "heldout", 0, 2, opts))
+    assert runs[0]["halted"] and not runs[0]["delivered"] and runs[0]["target_fresh"] == 0.0
+    assert not runs[1]["halted"] and len(calls) == 2
+    (row,) = [r for r in project.rows_of("none", "heldout", [runs], 2) if r["revisions"] == 2]
+    assert row["halted_per_project"] == 1.0
