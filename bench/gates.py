@@ -34,12 +34,11 @@ from bench.metrics import (
     KindRow,
     Row,
     WaldPoint,
+    against_section,
     aggregate,
     by_kind,
     format_by_kind,
     format_table,
-    moved_intro,
-    moved_table,
     provenance,
 )
 from bench.posterior import PosteriorJudge, PosteriorSettings, Prior, PriorView
@@ -523,7 +522,10 @@ def setup_from_args(args: argparse.Namespace) -> Setup:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.why and not args.previous:
+        parser.error("--why says why figures moved from an earlier file: give that file with --previous")
     before = previous_cells(args.previous) if args.previous else None  # read before the output overwrites it
     runs = args.runs or (FULL_RUNS if args.full else DEFAULT_RUNS)
     reps = args.validity_reps or (FULL_VALIDITY if args.full else DEFAULT_VALIDITY)
@@ -561,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(block)
     out.append(block)
     if before is not None:
-        out.append(against(args.previous, before, tables, args.why))
+        out.append(against_section(args.previous, args.why, before, moved_rows(tables)))
         print(out[-1])
     checks = acceptance(tables, validity, alpha_run)
     block = "## Acceptance checks\n\n" + "\n".join(f"- {line}" for line in checks)
@@ -572,14 +574,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv_used = list(argv) if argv is not None else sys.argv[1:]
         head = provenance(["bench.gates", *argv_used], f"{runs} per cell", time.monotonic() - start)
         _write(args.out, "\n".join([out[0], "", head, *out[1:]]), grid, validity, args.name)
-
-
-def against(
-    path: Path, before: dict[tuple[str, str], dict[str, Any]], tables: dict[Cell, list[Row]], why: str | None
-) -> str:
-    """The section saying how far each row moved from the earlier results file, and why."""
-    intro = moved_intro(path, why)
-    return f"## Against `{path}` (before this run)\n\n{intro}\n\n{moved_table(before, moved_rows(tables))}"
 
 
 def cell_key(world: str, rho: float, budget: int) -> str:

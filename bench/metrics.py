@@ -270,6 +270,17 @@ def provenance(argv: Sequence[str], runs: str, seconds: float | None = None) -> 
     )
 
 
+def against_section(
+    previous: Path,
+    why: str | None,
+    before: dict[tuple[str, str], dict[str, Any]],
+    now: dict[tuple[str, str], dict[str, Any]],
+) -> str:
+    """The section saying how far each row moved from the earlier results file, and why."""
+    intro = moved_intro(previous, why)
+    return f"## Against `{previous}` (before this run)\n\n{intro}\n\n{moved_table(before, now)}"
+
+
 def moved_intro(previous: Path, why: str | None) -> str:
     """Why rows moved from an earlier results file: the reason the person re-measuring gave
     (`--why`), and the commit the earlier file was measured at, so `git log` shows the rest."""

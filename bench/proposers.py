@@ -558,12 +558,11 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
 
 def moved_section(args: argparse.Namespace, now: dict[tuple[str, str], dict[str, Any]]) -> str:
     """With `--previous`: how far each row moved from the earlier results file, and why."""
-    from bench.metrics import moved_intro, moved_table
+    from bench.metrics import against_section
 
     if args.before is None:
         return ""
-    intro = moved_intro(args.previous, args.why)
-    return f"\n## Against `{args.previous}` (before this run)\n\n{intro}\n\n{moved_table(args.before, now)}"
+    return "\n" + against_section(args.previous, args.why, args.before, now)
 
 
 def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
@@ -677,6 +676,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--entries", help="proposer:rule pairs, e.g. mutator:gate,oracle:oracle_gate (instead of proposers x rules)"
     )
     args = ap.parse_args(argv)
+    if args.why and not args.previous:
+        ap.error("--why says why figures moved from an earlier file: give that file with --previous")
     names = tuple(n for n in args.proposers.split(",") if n)
     rules = tuple(n for n in args.rules.split(",") if n)
     pairs = [tuple(e.split(":", 1)) for e in (args.entries or "").split(",") if e]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import gates
+from bench import gates, metrics
 from bench.gates import Cell, load_setup, simulate_run
 from bench.metrics import WaldPoint, aggregate, by_kind, format_by_kind, in_stream_point, wald_bound_rounds
 from bench.simrun import RunSummary, SimRun
@@ -218,7 +218,7 @@ def test_previous_says_how_far_each_row_moved_from_an_earlier_file(setup, tmp_pa
     earlier = {**row.__dict__, "final_target": row.final_target + 0.5}
     path = tmp_path / "gates.json"
     path.write_text(json.dumps({"cells": [{"world": "calibrated", "rho": 0.0, "budget": 300, "rows": [earlier]}]}))
-    table = gates.moved_table(gates.previous_cells(path), gates.moved_rows({cell: [row]}))
+    table = metrics.moved_table(gates.previous_cells(path), gates.moved_rows({cell: [row]}))
     assert (
         f"| calibrated, rho 0, budget 300 oracle | {row.final_target + 0.5:+.3f} → {row.final_target:+.3f} (-0.500"
         in table
@@ -236,6 +236,17 @@ def test_the_moves_say_the_reason_given_and_the_earlier_files_commit(tmp_path):
     assert "measured at commit 51447c2" in intro and "git log 51447c2.." in intro
     bare = moved_intro(tmp_path / "other.json", None)
     assert "Why" not in bare and "an unrecorded commit" in bare
+
+
+@pytest.mark.parametrize("bench", ["gates", "proposers"])
+def test_why_without_previous_is_refused(bench, capsys):
+    from bench import proposers
+
+    main = gates.main if bench == "gates" else proposers.main
+    with pytest.raises(SystemExit) as ex:
+        main(["--why", "something changed"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and "--why" in err and "give that file with --previous" in err
 
 
 def test_a_results_files_command_can_be_pasted_back_into_a_shell():
