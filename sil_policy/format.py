@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -226,12 +227,16 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def describe_validation_errors(err: ValidationError, root: str = "(document)") -> str:
-    """One line per schema error, `  field.path: message`, for messages people act on."""
+def describe_validation_errors(
+    err: ValidationError, root: str = "(document)", hint: Callable[[Any], str | None] | None = None
+) -> str:
+    """One line per schema error, `  field.path: message`, for messages people act on; `hint`
+    may add a fix to an error (e.g. the field a mistyped key meant)."""
     lines = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or root
-        lines.append(f"  {where}: {e['msg'].removeprefix('Value error, ')}")
+        extra = hint(e) if hint is not None else None
+        lines.append(f"  {where}: {e['msg'].removeprefix('Value error, ')}" + (f" ({extra})" if extra else ""))
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ contract with `parent` set to the old contract's hash and a `revision_reason`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, Va
 
 from sil.contract.backendsettings import V1_SECTIONS, BackendSettings, settings_model
 from sil.contract.certifies import certified_arms
+from sil.contract.fieldhints import nearest_field
 from sil.contract.petriparams import PetriParams as PetriParams
 from sil_policy import SURFACES, describe_validation_errors
 from sil_policy.credentials import find_in_lines
@@ -752,7 +754,9 @@ def validated_settings(kind: str, raw: object) -> dict[str, JsonValue] | None:
     except ValidationError as ex:
         where = kind if kind in V1_SECTIONS else "backend.settings"
         detail = "; ".join(
-            f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}" for e in ex.errors()
+            f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}"
+            + (f" ({hint})" if (hint := nearest_field(model, e)) else "")
+            for e in ex.errors()
         )
         need = f"needs settings (a {kind!r} section, or backend.settings)" if raw is None else "has invalid settings"
         raise ValueError(f"backend {kind!r} {need}: {detail}") from None
@@ -857,7 +861,10 @@ def parse_contract(text: str, path: str = "program.md") -> LoadedContract:
     try:
         contract = Contract.model_validate(data)
     except ValidationError as ex:
-        raise ContractError(f"{path}: invalid contract:\n{describe_validation_errors(ex, '(contract)')}") from None
+        hints = functools.partial(nearest_field, Contract)
+        raise ContractError(
+            f"{path}: invalid contract:\n{describe_validation_errors(ex, '(contract)', hints)}"
+        ) from None
     programme = prose.strip()
     contract = contract.model_copy(update={"bound": _bound_hashes(contract, programme, Path(path))})
     return LoadedContract(contract=contract, programme=programme, path=path)

@@ -38,6 +38,21 @@ def test_hash_ignores_formatting_but_not_values() -> None:
     [
         ("max_turns: 12", "max_turns: 12\n  max_turns: 14", "duplicate key 'max_turns'"),
         ("max_turns: 12", "max_turns: 12\n  temperature: 0.3", "measurement.temperature: Extra inputs"),
+        (  # a mistyped key names the field it most likely meant, at its own level
+            "max_turns: 12",
+            "max_tunrs: 12",
+            "measurement.max_tunrs: Extra inputs are not permitted (did you mean 'max_turns'?)",
+        ),
+        (
+            "error_control: fwer",
+            "eror_control: fwer",
+            "promotion.eror_control: Extra inputs are not permitted (did you mean 'error_control'?)",
+        ),
+        (
+            "{model: sim/judge}",
+            "{model: sim/judge, max_tokns: 9}",
+            "models.judge.max_tokns: Extra inputs are not permitted (did you mean 'max_tokens'?)",
+        ),
         ("max_turns: 12", "max_turns: -1", "measurement.max_turns"),
         ("backend: sim", "backend: openai", "backend"),
         ("error_control: fwer", "error_control: fwer\n  alpha_recycle: sometimes", "promotion.alpha_recycle"),
@@ -86,3 +101,10 @@ def test_unsafe_yaml_tags_are_refused() -> None:
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ContractError, match="cannot read contract"):
         load_contract(tmp_path / "nope.md")
+
+
+def test_a_key_like_no_field_gets_no_guess() -> None:
+    with pytest.raises(ContractError) as info:
+        parse_contract(TEXT.replace("max_turns: 12", "max_turns: 12\n  zzzqqq: 1", 1))
+    assert "measurement.zzzqqq: Extra inputs are not permitted\n" in str(info.value) + "\n"
+    assert "did you mean" not in str(info.value)
