@@ -128,7 +128,7 @@ def require_project() -> None:
     if not any((here / m).exists() for m in ROOT_MARKERS):
         _fail(
             f"not in a SIL project: no program.md or state/policies in {here} or any folder above it; "
-            "run this from inside a project (or start one there with `sil run`)"
+            "run this from inside a project (or start one there: write its contract to program.md, then `sil run`)"
         )
 
 
@@ -225,6 +225,7 @@ def _run_dir(root: Path, run: str | None) -> Path:
 
 
 def _resolved(resolve: Callable[[Path, str | None], Path], root: Path, run: str | None) -> Path:
+    require_project()
     try:
         return resolve(root, run)
     except Refused as ex:

@@ -946,6 +946,11 @@ def _hidden_character(node: Any, where: str = "(contract)") -> str | None:
 def load_contract(path: Path) -> LoadedContract:
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ContractError(
+            f"no contract at {path}: pass --contract FILE, or write one there (the SIL repository's "
+            "program.md is the default contract, and its examples/program-*.md are templates)"
+        ) from None
     except OSError as ex:
         raise ContractError(f"cannot read contract {path}: {ex.strerror}") from None
     except UnicodeDecodeError:

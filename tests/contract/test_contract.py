@@ -98,9 +98,11 @@ def test_unsafe_yaml_tags_are_refused() -> None:
         parse_contract(evil)
 
 
-def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ContractError, match="cannot read contract"):
+def test_missing_file_is_a_clear_error_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ContractError, match="no contract at .*nope.md: pass --contract FILE, or write one there"):
         load_contract(tmp_path / "nope.md")
+    with pytest.raises(ContractError, match="cannot read contract"):  # a folder, not a file
+        load_contract(tmp_path)
 
 
 def test_a_key_like_no_field_gets_no_guess() -> None:

@@ -293,9 +293,10 @@ def test_12_report_json_prints_the_files(copy_of) -> None:  # noqa: F811
 
 def test_12_review_commands_outside_a_project_say_so(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for command in ("runs", "status"):
-        result = invoke(command)
+    for command in (["runs"], ["status"], ["report"], ["ledger", "verify"], ["export", "--format", "csv"]):
+        result = invoke(*command)
         assert result.exit_code == 2 and "not in a SIL project" in result.output, command
+        assert "write its contract to program.md, then `sil run`" in result.output, command
 
 
 def test_12_run_help_does_not_ask_for_the_project_root() -> None:
