@@ -225,10 +225,13 @@ def _run_dir(root: Path, run: str | None) -> Path:
 
 
 def _resolved(resolve: Callable[[Path, str | None], Path], root: Path, run: str | None) -> Path:
-    require_project()
+    from sil.base.runpaths import RUNS
+
     try:
         return resolve(root, run)
     except Refused as ex:
+        if not (root / RUNS).is_dir():  # a folder with runs but no contract (a reviewer's copy) is fine
+            require_project()
         _fail(str(ex))
 
 
