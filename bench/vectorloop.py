@@ -176,12 +176,15 @@ def replayed(lr: LoopRun, world: VectorWorld, endings: list[str], name: str) -> 
     decided candidate with its true effect, its audits and its ending; the delivered champion."""
     book, state = lr.rc.book, lr.rc.state
     index = {m.mutation.mutation_id: m.index for m in book.payloads("mutation", MutationRecord) if m.arm == "gate"}
-    rounds = [r.mutation_id for r in book.payloads("round", RoundRecord) if r.arm == "gate"]
+    audits: dict[str | None, int] = {}  # a screen against the champion's audits is one audit, a pair two
+    for r in book.payloads("round", RoundRecord):
+        if r.arm == "gate":
+            audits[r.mutation_id] = audits.get(r.mutation_id, 0) + (1 if r.reference else 2)
     verdicts = [v for v in book.payloads("verdict", VerdictRecord) if v.arm == "gate"]
     run = SimRun(world.world, world.candidates, 0, name, world.critical_idx, tolerance_of(lr, world))
     for v, ending in zip(verdicts, endings, strict=True):
         cand = world.candidates[index[v.mutation_id]]
-        run.decide(cand, v.verdict == "keep", 2 * rounds.count(v.mutation_id), ending)
+        run.decide(cand, v.verdict == "keep", audits.get(v.mutation_id, 0), ending)
     run.set_champion(world.theta(lr.delivered("gate")))
     certs = [c for c in book.payloads("certify", CertifyRecord) if c.arm == "gate"]
     gate = state.arms.get("gate")

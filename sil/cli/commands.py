@@ -52,7 +52,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             f"preflight: {plan.preflight} audit; baseline: {plan.baseline} audits; "
             f"never arm: {c.promotion.calibration_pairs} A/A pairs",
             "arm budgets (audits): " + ", ".join(f"{a}={n}" for a, n in plan.arms.items()),
-            f"gate: screen round + up to {k} confirmation rounds per candidate (2 audits each)",
+            screen_plan(c.promotion.screen_reference, k),
             f"final: certification of the gate champion up to {plan.certification} audits; "
             f"final check of the random champion up to {plan.final_checks} audits"
             + (
@@ -73,6 +73,14 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             + f" ({note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
         ]
     )
+
+
+def screen_plan(reference: int, confirmations: int) -> str:
+    """What `sil check` says a gate candidate's rounds cost."""
+    rounds = f"up to {confirmations} confirmation rounds per candidate (2 audits each)"
+    if reference < 2:
+        return f"gate: screen round + {rounds}"
+    return f"gate: screen of the candidate's audit alone against the champion's last {reference} audits + {rounds}"
 
 
 def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Console, as_json: bool = False) -> int:

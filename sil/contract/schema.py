@@ -277,7 +277,7 @@ class Certification(_Strict):
 
 DEFAULT_HARM_TOLERANCE = 0.3  # points: a critical regression larger than this is harm
 # promotion fields added after contracts were approved: left out of the hash at their default
-NEW_PROMOTION_FIELDS = ("error_design", "alpha_search")
+NEW_PROMOTION_FIELDS = ("error_design", "alpha_search", "screen_reference")
 NEW_BUDGET_FIELDS = ("certify_horizon", "certify_power")
 
 
@@ -301,6 +301,10 @@ class Promotion(_Strict):
     # Sequential paired gate settings (gate.py; docs/statistics.md §3).
     screen_sd: Annotated[float, Field(ge=0)] = 0.3  # screen: target diff <= -screen_sd * sigma
     screen_critical_sd: Annotated[float, Field(ge=0)] = 2.0  # and critical <= margin + k*sigma
+    # 0: the screen is a paired round (2 audits). n >= 2: the screen audits the candidate alone and
+    # compares it with the mean of the champion's last n unselected search-seed audits (one audit
+    # per screen; paired while the champion has fewer than 2). Screens only select: no inference.
+    screen_reference: Annotated[int, Field(ge=0, le=64)] = 0
     futility_effect: Annotated[float, Field(gt=0)] = 0.8  # design effect d (points)
     futility_beta: Annotated[float, Field(gt=0, lt=1)] = 0.1  # SPRT futility boundary
     harm_veto_beta: Annotated[float, Field(gt=0, lt=1)] = 0.01  # per critical dimension

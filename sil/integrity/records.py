@@ -160,6 +160,8 @@ class RoundRecord(Payload):
     decision: GateDecision | None = None
     coin: float | None = None  # the random arm's draw
     seed_set: SeedSet = "search"  # the seeds both audits of the round ran on
+    # a screen of the candidate's audit alone: the champion audits it was compared with (empty: paired)
+    reference: list[str] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -39,6 +39,12 @@ def _diff_line(p: dict[str, Any]) -> str:
     return " ".join(shown) + (f" → {verdict}" if verdict else "")
 
 
+def _reference_note(p: dict[str, Any]) -> str:
+    """A screen of the candidate's audit alone says what it was compared with."""
+    refs = p.get("reference") or []
+    return f", candidate alone vs the champion's last {len(refs)} audits" if refs else ""
+
+
 _DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "contract": lambda p: (
         f"{p['contract_id']} {p['contract_hash'][:12]} backend={p['backend']} approval: {p['approval']}"
@@ -53,7 +59,7 @@ _DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "intent": lambda p: f"{p['action']} {p['key']}",
     "applied": lambda p: f"{p['mutation_id']} {p['surface']} {p['from_hash'][:8]}→{p['to_hash'][:8]}",
     "audit": lambda p: f"{p['audit_id']} set {p['policy_set']} tick {p['tick']}: {_scores_line(p)}",
-    "round": lambda p: f"{p['round']} ({p['kind']}) {_diff_line(p)}",
+    "round": lambda p: f"{p['round']} ({p['kind']}{_reference_note(p)}) {_diff_line(p)}",
     "verdict": lambda p: f"{p['mutation_id']} [{p['arm']}] {p['verdict'].upper()}: {p['reason']}",
     "promote": lambda p: f"{p['mutation_id']} [{p['arm']}] champion → {p['policy_set']}",
     "user_promote": lambda p: f"[{p['arm']}] champion {p['policy_set']} copied to {p['to']} by {p['by']}",

@@ -203,7 +203,10 @@ class CandidateArm:
             self.decide(arm, Outcome(verdict="revert", reason=why, kind=kind, ending=Ending.BUDGET))
             return
         kind = self.judge.next_kind(p.trial)
-        stat = rc.rounds.run_pair(self.name, label, kind, p.candidate, p.parent, p.mutation.mutation_id)
+        if kind == "screen":
+            stat = rc.rounds.run_screen(self.name, label, p.candidate, p.parent, p.mutation.mutation_id)
+        else:
+            stat = rc.rounds.run_pair(self.name, label, kind, p.candidate, p.parent, p.mutation.mutation_id)
         rc.rounds.consumed()
         p.round_no += 1
         if stat is None:
@@ -221,6 +224,7 @@ class CandidateArm:
                 n_seeds=stat.n_seeds,
                 decision=outcome.decision,
                 coin=outcome.coin,
+                reference=stat.reference,
             ),
         )
         if outcome.kind == "confirm":

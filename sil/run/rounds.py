@@ -1,7 +1,8 @@
 """Rounds of audits: planned, budgeted, guarded, run, recovered after a crash, and recorded.
 
 A round is a batch of audits that share one tick of the audit clock: a candidate/champion
-pair, an A/A pair of the never arm, a baseline batch or a replication pair. Every caller
+pair, a candidate's single-audit screen (`promotion.screen_reference`: compared with the
+champion's recent audits), an A/A pair of the never arm, a baseline batch or a replication pair. Every caller
 (the arms, certification, `sil replicate`) runs audits only through `RoundRunner`, which
 enforces for each batch: the audit, USD and wall-time budgets; the guard before audits
 (the approval is re-checked); the audit ids, tick and seed set recorded before any audit starts; each
@@ -12,6 +13,7 @@ instead of paying for a new one.
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(before_audits=check_approval))
     rounds = RoundRunner(journal, measure_ctx, backend, store, guards, execute=in_process)  # the bench
     stat = rounds.run_pair("gate", label, "confirm", candidate, champion, mutation_id)
+    stat = rounds.run_screen("gate", label, candidate, champion, mutation_id)  # 1 or 2 audits
     stat = rounds.run_pair("final", label, "certify", champion, origin, seed_set="heldout")
 
 Every audit runs on the search seeds unless its round asks for the held-out seeds; only the
@@ -24,6 +26,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sil.base.diskspace import check_free_space
 from sil.base.errors import Halt
@@ -41,6 +44,9 @@ from sil.stats.fitness import RoundStat
 from sil.store.events import AuditGap, Recovered
 from sil.store.journal import RESULT_FILE, Journal
 from sil.store.runstate import PlannedRound, RoundKind, RunState
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # What an audit record copies from the audit's result.
 AUDIT_RESULT_FIELDS = {
@@ -213,12 +219,16 @@ class RoundRunner:
         kind: RoundKind,
         sets: list[tuple[str, PolicySet]],
         seed_set: SeedSet = "search",
+        reference: list[str] | None = None,
     ) -> list[AuditResult]:
-        """Run audits that share a clock tick (a paired round or a baseline batch) on one seed set."""
+        """Run audits that share a clock tick (a paired round or a baseline batch) on one seed set;
+        `reference`: the audits a single-audit screen compares with, fixed with the plan."""
         state = self.journal.state
         planned = state.planned
         if planned is None or planned.label != label:
-            planned = PlannedRound(label=label, tick=state.tick, kind=kind, seed_set=seed_set)
+            planned = PlannedRound(
+                label=label, tick=state.tick, kind=kind, seed_set=seed_set, reference=reference or []
+            )
             ids = [f"{label}-{role}" for role, _ in sets]
             self.journal.book.once(
                 Keys.intent("audit", label),
@@ -291,28 +301,80 @@ class RoundRunner:
         a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], seed_set)
         crashpoint("round.before_record")
         if not (a.ok and b.ok):
-            self.journal.book.once(
-                Keys.round(label),
-                RoundRecord(
-                    arm=arm,
-                    round=label,
-                    kind=kind,
-                    mutation_id=mutation_id,
-                    diff={},
-                    n_seeds={},
-                    gap_reason=a.gap_reason or b.gap_reason,
-                ),
-            )
-            note_gap(self.journal.state, arm, self.ctx.contract.stop.max_consecutive_gaps, a.gap_reason or b.gap_reason)
+            self._gapped(arm, label, kind, mutation_id, a.gap_reason or b.gap_reason)
             return None
         cand_scores, champ_scores = self.ctx.matrix(a.scores, seed_set), self.ctx.matrix(b.scores, seed_set)
         stat = fitness.paired_round_for(cand_scores, champ_scores, self.ctx.dimensions, self.ctx.contract.promotion)
         if kind == "certify":  # a claim about seeds never used reads the effect's spread between seeds
             seeds = fitness.seed_differences(cand_scores, champ_scores, self.ctx.dimensions)
             stat = stat.model_copy(update={"seed_diff": seeds})
+        if seed_set == "search":  # the champion side was selected by nothing; both sides of an A/A round
+            self._note_reference(champ, b.audit_id)
+            if kind == "aa":
+                self._note_reference(cand, a.audit_id)
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
         return stat.labelled(label)
+
+    def run_screen(self, arm: str, label: str, cand: PolicySet, champ: PolicySet, mutation_id: str) -> RoundStat | None:
+        """A candidate's screen: a paired round, or with `promotion.screen_reference` the candidate's
+        audit alone against the mean of the champion's last unselected audits, seed by seed. The
+        screen only selects (its data never enter a test), so a biased or noisier screen costs
+        search power, never the gate's level. None when the audit is a gap."""
+        reference = self._screen_reference(label, champ)
+        if not reference:
+            return self.run_pair(arm, label, "screen", cand, champ, mutation_id)
+        (a,) = self.run_batch(arm, label, "screen", [("cand", cand)], reference=reference)
+        crashpoint("round.before_record")
+        if not a.ok:
+            self._gapped(arm, label, "screen", mutation_id, a.gap_reason)
+            return None
+        champ_scores = self._mean_scores(reference)
+        cand_scores = self.ctx.matrix(a.scores)
+        stat = fitness.paired_round_for(cand_scores, champ_scores, self.ctx.dimensions, self.ctx.contract.promotion)
+        state = self.journal.state
+        state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
+        return stat.model_copy(update={"reference": reference}).labelled(label)
+
+    def _screen_reference(self, label: str, champ: PolicySet) -> list[str]:
+        """The audits the screen `label` compares with: those planned with it when resuming it, else
+        the champion's last `screen_reference` unselected audits (none: a paired screen)."""
+        planned = self.journal.state.planned
+        if planned is not None and planned.label == label:
+            return list(planned.reference)
+        wanted = self.ctx.contract.promotion.screen_reference
+        have = self.journal.state.references.get(champ.set_id, [])
+        return list(have[-wanted:]) if wanted >= 2 and len(have) >= 2 else []
+
+    def _note_reference(self, ps: PolicySet, audit_id: str) -> None:
+        keep = self.ctx.contract.promotion.screen_reference
+        if keep < 2:
+            return
+        state = self.journal.state
+        have = state.references.get(ps.set_id, [])
+        if audit_id not in have:  # a resumed round is noted once
+            state.references = {**state.references, ps.set_id: [*have, audit_id][-keep:]}
+
+    def _mean_scores(self, audit_ids: list[str]) -> np.ndarray:
+        """The per-seed mean of the audits' oriented score matrices (a cell none scored stays NaN)."""
+        import numpy as np
+
+        runs = self.journal.run_dir / "audits"
+        results = [AuditResult.model_validate_json((runs / a / RESULT_FILE).read_bytes()) for a in audit_ids]
+        stack = np.stack([self.ctx.matrix(r.scores) for r in results])
+        counts = (~np.isnan(stack)).sum(axis=0)
+        sums = np.nansum(stack, axis=0)
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+    def _gapped(self, arm: str, label: str, kind: RoundKind, mutation_id: str | None, reason: str | None) -> None:
+        """Record a round that had a gap and count it toward the arm's consecutive-gap halt."""
+        self.journal.book.once(
+            Keys.round(label),
+            RoundRecord(
+                arm=arm, round=label, kind=kind, mutation_id=mutation_id, diff={}, n_seeds={}, gap_reason=reason
+            ),
+        )
+        note_gap(self.journal.state, arm, self.ctx.contract.stop.max_consecutive_gaps, reason)
 
     def recover(self, audits: list[tuple[str, Path]]) -> None:
         """Before touching audits a crash interrupted, find out what they did and record it.

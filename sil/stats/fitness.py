@@ -91,6 +91,8 @@ class RoundStat(BaseModel):
     # certification rounds only: each seed's difference, in the seed set's order (None: not scored
     # in both), so a claim about seeds never used can measure the effect's spread between seeds
     seed_diff: dict[str, list[float | None]] = {}
+    # a screen of the candidate's audit alone: the champion audits it was compared with (their mean)
+    reference: list[str] = []
 
     def labelled(self, label: str) -> RoundStat:
         return self.model_copy(update={"label": label})

@@ -39,6 +39,7 @@ class PlannedRound(BaseModel):
     tick: int
     kind: RoundKind
     seed_set: SeedSet = "search"
+    reference: list[str] = []  # a screen against the champion's audits: their ids (empty: paired)
 
 
 class Pending(BaseModel):
@@ -96,6 +97,9 @@ class RunState(BaseModel):
     aa_rounds: list[RoundStat] = []
     arms: dict[str, ArmState] = {}
     consecutive_gaps: dict[str, int] = {}
+    # per policy set, its last `promotion.screen_reference` audits no selection looked at (A/A rounds
+    # and the champion side of paired search-seed rounds): what a single-audit screen compares with
+    references: dict[str, list[str]] = {}
     halt_reason: str | None = None
     resume_phase: Phase | None = None  # where a halted run picks up when it is run again
 
