@@ -30,6 +30,7 @@ from sil.policies.mutation import Mutation, MutationError, apply_mutation
 from sil.policies.store import PolicySet
 from sil.run.context import RunContext
 from sil.run.proposing import CandidateSource, record_effect
+from sil.run.screening import note_paired, run_screen
 from sil.search.proposers import Proposer, make_proposer
 from sil.stats.gate import Ending, should_promote
 from sil.stats.horizon import champion_effect, kept_on
@@ -66,6 +67,7 @@ class NeverArm:
             if stat is not None:
                 state.shared.pool.add_aa(stat)
                 state.aa_rounds.append(stat)
+                note_paired(state, rc.promotion.screen_reference, label, state.origin, aa=True)
                 rc.book.once(
                     Keys.round(label),
                     RoundRecord(
@@ -204,13 +206,15 @@ class CandidateArm:
             return
         kind = self.judge.next_kind(p.trial)
         if kind == "screen":
-            stat = rc.rounds.run_screen(self.name, label, p.candidate, p.parent, p.mutation.mutation_id)
+            stat = run_screen(rc.rounds, self.name, label, p.candidate, p.parent, p.mutation.mutation_id)
         else:
             stat = rc.rounds.run_pair(self.name, label, kind, p.candidate, p.parent, p.mutation.mutation_id)
         rc.rounds.consumed()
         p.round_no += 1
         if stat is None:
             return
+        if not stat.reference:  # a paired round: its champion side is an unselected audit of the champion
+            note_paired(rc.state, rc.promotion.screen_reference, label, p.parent)
         budget = ArmBudget(audits_left=rc.rounds.audits_left(self.name), audits_spent=arm.audits)
         p.trial, outcome = self.judge.judge(p.trial, stat, rc.state.shared, budget, p.index)
         rc.book.once(

@@ -13,7 +13,7 @@ instead of paying for a new one.
     rounds = RoundRunner(journal, measure_ctx, backend, store, Guards(before_audits=check_approval))
     rounds = RoundRunner(journal, measure_ctx, backend, store, guards, execute=in_process)  # the bench
     stat = rounds.run_pair("gate", label, "confirm", candidate, champion, mutation_id)
-    stat = rounds.run_screen("gate", label, candidate, champion, mutation_id)  # 1 or 2 audits
+    stat = run_screen(rounds, "gate", label, candidate, champion, mutation_id)  # sil/run/screening.py
     stat = rounds.run_pair("final", label, "certify", champion, origin, seed_set="heldout")
 
 Every audit runs on the search seeds unless its round asks for the held-out seeds; only the
@@ -26,7 +26,6 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sil.base.diskspace import check_free_space
 from sil.base.errors import Halt
@@ -44,9 +43,6 @@ from sil.stats.fitness import RoundStat
 from sil.store.events import AuditGap, Recovered
 from sil.store.journal import RESULT_FILE, Journal
 from sil.store.runstate import PlannedRound, RoundKind, RunState
-
-if TYPE_CHECKING:
-    import numpy as np
 
 # What an audit record copies from the audit's result.
 AUDIT_RESULT_FIELDS = {
@@ -104,7 +100,7 @@ def audit_request(
     """The request for the audit of policy set `what` in role `what[0]` of round `label`; the
     target's inputs must show what sets it apart from `contrast` (the other arm of a pair)."""
     (role, ps), (tick, seed_set) = what, when
-    audit_id = f"{label}-{role}"
+    audit_id = f"{label}-{role}"  # as audit_id(label, role)
     return AuditRequest(
         audit_id=audit_id,
         audit_dir=run_dir / "audits" / audit_id,
@@ -115,6 +111,11 @@ def audit_request(
         seed_set=seed_set,
         contrast_dir=store.set_dir(contrast) if contrast is not None else None,
     )
+
+
+def audit_id(label: str, role: str) -> str:
+    """The id of the audit `role` ("cand", "champ") of round `label`."""
+    return f"{label}-{role}"
 
 
 def batch_requests(
@@ -221,15 +222,14 @@ class RoundRunner:
         seed_set: SeedSet = "search",
         reference: list[str] | None = None,
     ) -> list[AuditResult]:
-        """Run audits that share a clock tick (a paired round or a baseline batch) on one seed set;
-        `reference`: the audits a single-audit screen compares with, fixed with the plan."""
+        """Run audits that share a clock tick on one seed set (`reference`: a screen's, fixed in the plan)."""
         state = self.journal.state
         planned = state.planned
         if planned is None or planned.label != label:
             planned = PlannedRound(
                 label=label, tick=state.tick, kind=kind, seed_set=seed_set, reference=reference or []
             )
-            ids = [f"{label}-{role}" for role, _ in sets]
+            ids = [audit_id(label, role) for role, _ in sets]
             self.journal.book.once(
                 Keys.intent("audit", label),
                 IntentRecord(action="audit", key=label, arm=arm, audit_ids=ids, tick=planned.tick, seed_set=seed_set),
@@ -301,72 +301,22 @@ class RoundRunner:
         a, b = self.run_batch(arm, label, kind, [("cand", cand), ("champ", champ)], seed_set)
         crashpoint("round.before_record")
         if not (a.ok and b.ok):
-            self._gapped(arm, label, kind, mutation_id, a.gap_reason or b.gap_reason)
+            self.record_gap(arm, label, kind, mutation_id, a.gap_reason or b.gap_reason)
             return None
         cand_scores, champ_scores = self.ctx.matrix(a.scores, seed_set), self.ctx.matrix(b.scores, seed_set)
         stat = fitness.paired_round_for(cand_scores, champ_scores, self.ctx.dimensions, self.ctx.contract.promotion)
         if kind == "certify":  # a claim about seeds never used reads the effect's spread between seeds
             seeds = fitness.seed_differences(cand_scores, champ_scores, self.ctx.dimensions)
             stat = stat.model_copy(update={"seed_diff": seeds})
-        if seed_set == "search":  # the champion side was selected by nothing; both sides of an A/A round
-            self._note_reference(champ, b.audit_id)
-            if kind == "aa":
-                self._note_reference(cand, a.audit_id)
-        state = self.journal.state
-        state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
+        self.scored(arm)
         return stat.labelled(label)
 
-    def run_screen(self, arm: str, label: str, cand: PolicySet, champ: PolicySet, mutation_id: str) -> RoundStat | None:
-        """A candidate's screen: a paired round, or with `promotion.screen_reference` the candidate's
-        audit alone against the mean of the champion's last unselected audits, seed by seed. The
-        screen only selects (its data never enter a test), so a biased or noisier screen costs
-        search power, never the gate's level. None when the audit is a gap."""
-        reference = self._screen_reference(label, champ)
-        if not reference:
-            return self.run_pair(arm, label, "screen", cand, champ, mutation_id)
-        (a,) = self.run_batch(arm, label, "screen", [("cand", cand)], reference=reference)
-        crashpoint("round.before_record")
-        if not a.ok:
-            self._gapped(arm, label, "screen", mutation_id, a.gap_reason)
-            return None
-        champ_scores = self._mean_scores(reference)
-        cand_scores = self.ctx.matrix(a.scores)
-        stat = fitness.paired_round_for(cand_scores, champ_scores, self.ctx.dimensions, self.ctx.contract.promotion)
+    def scored(self, arm: str) -> None:
+        """A round of `arm` was scored: its run of consecutive gaps is over."""
         state = self.journal.state
         state.consecutive_gaps = {**state.consecutive_gaps, arm: 0}
-        return stat.model_copy(update={"reference": reference}).labelled(label)
 
-    def _screen_reference(self, label: str, champ: PolicySet) -> list[str]:
-        """The audits the screen `label` compares with: those planned with it when resuming it, else
-        the champion's last `screen_reference` unselected audits (none: a paired screen)."""
-        planned = self.journal.state.planned
-        if planned is not None and planned.label == label:
-            return list(planned.reference)
-        wanted = self.ctx.contract.promotion.screen_reference
-        have = self.journal.state.references.get(champ.set_id, [])
-        return list(have[-wanted:]) if wanted >= 2 and len(have) >= 2 else []
-
-    def _note_reference(self, ps: PolicySet, audit_id: str) -> None:
-        keep = self.ctx.contract.promotion.screen_reference
-        if keep < 2:
-            return
-        state = self.journal.state
-        have = state.references.get(ps.set_id, [])
-        if audit_id not in have:  # a resumed round is noted once
-            state.references = {**state.references, ps.set_id: [*have, audit_id][-keep:]}
-
-    def _mean_scores(self, audit_ids: list[str]) -> np.ndarray:
-        """The per-seed mean of the audits' oriented score matrices (a cell none scored stays NaN)."""
-        import numpy as np
-
-        runs = self.journal.run_dir / "audits"
-        results = [AuditResult.model_validate_json((runs / a / RESULT_FILE).read_bytes()) for a in audit_ids]
-        stack = np.stack([self.ctx.matrix(r.scores) for r in results])
-        counts = (~np.isnan(stack)).sum(axis=0)
-        sums = np.nansum(stack, axis=0)
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-
-    def _gapped(self, arm: str, label: str, kind: RoundKind, mutation_id: str | None, reason: str | None) -> None:
+    def record_gap(self, arm: str, label: str, kind: RoundKind, mutation_id: str | None, reason: str | None) -> None:
         """Record a round that had a gap and count it toward the arm's consecutive-gap halt."""
         self.journal.book.once(
             Keys.round(label),

@@ -42,12 +42,18 @@ def test_the_default_contract_has_the_hash_its_golden_run_recorded() -> None:
     assert load_contract(REPO / "program.md").contract.contract_hash == contract["payload"]["contract_hash"]
 
 
-def test_the_default_contract_differs_from_its_v1_copy_only_by_the_sized_horizon() -> None:
-    """program.md chose `certify_horizon: search` after v1; without that line it is v1's contract."""
+def test_the_default_contract_differs_from_its_v1_copy_only_by_its_later_choices() -> None:
+    """program.md chose `certify_horizon: search` and `screen_reference: 8` after v1; without those
+    lines it is v1's contract."""
     text = (REPO / "program.md").read_text()
-    line = next(x for x in text.splitlines(keepends=True) if x.lstrip().startswith("certify_horizon:"))
-    assert load_contract(REPO / "program.md").contract.budget.certify_horizon == "search"
-    assert parse_contract(text.replace(line, "")).contract.contract_hash == V1_HASHES["sim.md"]
+    later = [
+        x for x in text.splitlines(keepends=True) if x.lstrip().startswith(("certify_horizon:", "screen_reference:"))
+    ]
+    contract = load_contract(REPO / "program.md").contract
+    assert len(later) == 2 and contract.budget.certify_horizon == "search" and contract.promotion.screen_reference == 8
+    for line in later:
+        text = text.replace(line, "")
+    assert parse_contract(text).contract.contract_hash == V1_HASHES["sim.md"]
 
 
 def sim_as_kind_and_settings(text: str) -> str:

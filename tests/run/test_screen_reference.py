@@ -59,6 +59,11 @@ def scores(rc: RunContext, audit_id: str) -> np.ndarray:
     return rc.measure.matrix(AuditResult.model_validate_json(path.read_bytes()).scores)
 
 
+def test_the_default_contract_screens_with_one_audit(workspace: Path) -> None:
+    text = (workspace / "program.md").read_text()
+    assert SCREEN_LINE in text, "program.md sets the single-audit screen (bench/README.md measures it)"
+
+
 def test_a_screen_audits_the_candidate_alone_against_the_champions_audits(workspace: Path) -> None:
     rc = run_loop(with_reference(workspace, 4))
     assert rc.state.phase == "done", rc.state.halt_reason
