@@ -106,11 +106,31 @@ def test_without_a_reference_every_screen_is_a_pair(workspace: Path) -> None:
 
 
 def test_the_reference_is_the_last_n_unselected_audits(workspace: Path) -> None:
+    from sil.run.screening import note_paired, reference_for
+    from sil.store.runstate import PlannedRound
+
     rc = run_loop(with_reference(workspace, 2))
     kept = rc.state.references
     assert kept and all(len(ids) <= 2 for ids in kept.values())
-    origin = rc.state.origin.set_id
+    origin_id = rc.state.origin.set_id
     aa = [a for r, rows in audits_by_round(rc).items() if r.startswith("never-") for a in rows]
-    assert set(kept[origin]) <= {a["audit_id"] for a in aa} | {
+    assert set(kept[origin_id]) <= {a["audit_id"] for a in aa} | {
         a["audit_id"] for rows in audits_by_round(rc).values() for a in rows if a["role"] == "champ"
     }
+    # a resumed screen keeps its planned reference; a resumed round is noted once
+    state, origin = rc.state, rc.state.origin
+    state.planned = PlannedRound(label="gate-c009-r00-t99", tick=99, kind="screen", reference=["p-1", "p-2"])
+    assert reference_for(state, 2, "gate-c009-r00-t99", origin) == ["p-1", "p-2"]
+    assert reference_for(state, 2, "gate-c010-r00-t99", origin) == state.references[origin.set_id]
+    assert reference_for(state, 0, "gate-c010-r00-t99", origin) == []
+    note_paired(state, 2, "never-aa099-t99", origin, aa=True)
+    note_paired(state, 2, "never-aa099-t99", origin, aa=True)  # resumed: noted once
+    assert state.references[origin.set_id] == ["never-aa099-t99-champ", "never-aa099-t99-cand"]
+
+
+def test_the_dry_run_plan_says_what_a_screen_costs() -> None:
+    from sil.cli.commands import screen_plan
+
+    assert screen_plan(0, 48).startswith("gate: screen round + up to 48 confirmation rounds")
+    assert "candidate's audit alone against the champion's last 8 audits" in screen_plan(8, 48)
+    assert "alone" not in screen_plan(1, 48), "one reference audit is not enough: the screen stays paired"
