@@ -374,6 +374,11 @@ SETTINGS = (
 )
 
 
+def contract_hash() -> str:
+    """The hash of the contract every project runs (its world's overrides are the settings)."""
+    return load_contract(CONTRACT).contract.contract_hash
+
+
 @dataclass
 class Earlier:
     """What earlier segments of a resumed measurement left: their projects and their headers."""
@@ -396,6 +401,13 @@ def resumed(args: argparse.Namespace) -> Earlier:
     if differ:
         said = ", ".join(f"--{k.replace('_', '-')} {settings.get(k)} (now {getattr(args, k)})" for k in differ)
         raise SystemExit(f"--resume: {path} was measured with {said}; resume with the same settings or write elsewhere")
+    was, now = settings.get("contract_hash"), contract_hash()
+    if was != now:
+        said = "records no contract hash" if was is None else f"was measured with contract {str(was)[:12]}"
+        raise SystemExit(
+            f"--resume: {path} {said}, and {CONTRACT.name} is now {now[:12]}: resuming would put two designs in "
+            "one row; resume at the commit its segments name (e.g. in a `git worktree`) or write elsewhere"
+        )
     return Earlier({tuple(k.split(":")): v for k, v in projects.items()}, list(segments))
 
 
@@ -412,7 +424,7 @@ def write(
     prov = provenance(["bench.project", *argv], f"{n} projects per design (of --runs {args.runs})", seconds)
     segment = provenance(["bench.project", *argv], f"projects {first + 1} to {n}", seconds)
     segments = [*earlier.segments, segment]
-    settings = {k: getattr(args, k) for k in SETTINGS}
+    settings = {**{k: getattr(args, k) for k in SETTINGS}, "contract_hash": contract_hash()}
     data = {
         "provenance": prov,
         "segments": segments,

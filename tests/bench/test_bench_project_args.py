@@ -63,6 +63,25 @@ def test_resume_refuses_other_settings_and_a_missing_measurement(tmp_path, monke
     assert (tmp_path / "project.json").read_text() == before
 
 
+def test_resume_refuses_a_measurement_of_another_contract(tmp_path, monkeypatch) -> None:
+    """A contract edited between segments (say a new promotion default) would mix two designs."""
+    monkeypatch.setattr(project, "one_project", _fake_project)
+    out = ["--revisions", "2", "--designs", "none:heldout", "--out", str(tmp_path)]
+    project.main(["--runs", "1", *out])
+    path = tmp_path / "project.json"
+    data = json.loads(path.read_text())
+    assert data["settings"]["contract_hash"] == project.contract_hash()
+    project.main(["--runs", "2", "--resume", *out])  # the same contract resumes
+    data["settings"]["contract_hash"] = "0" * 64
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="was measured with contract 000000000000"):
+        project.main(["--runs", "3", "--resume", *out])
+    del data["settings"]["contract_hash"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="records no contract hash"):
+        project.main(["--runs", "3", "--resume", *out])
+
+
 def test_the_bounds_are_clopper_pearson_upper_limits() -> None:
     assert project.upper_95(0, 59) == pytest.approx(0.0495, abs=1e-3)  # about 3 / n: the rule of three
     assert project.upper_95(0, 300) == pytest.approx(0.00994, abs=1e-4)
