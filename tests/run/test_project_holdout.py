@@ -28,6 +28,8 @@ def budgeted(root: Path) -> Path:
     edit_contract(path, "arm_audits: {never: 6, random: 6, gate: 24}", "arm_audits: {never: 6, random: 12, gate: 60}")
     edit_contract(path, "max_audits: 44", "max_audits: 200")
     edit_contract(path, "arms: [never, random, gate]", f"arms: [never, random, gate]\n{BUDGET}")
+    # the paired screen: in this small world the gate's one find passes only a paired screen
+    edit_contract(path, "screen_reference: 8", "screen_reference: 0")
     return root
 
 
