@@ -361,6 +361,15 @@ class Promotion(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _screen_reference(self) -> Promotion:
+        if self.screen_reference == 1:
+            raise ValueError(
+                "screen_reference: 1 would compare each candidate with a single champion audit; "
+                "give 0 for a paired screen, or 2 or more (program.md uses 8)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _disjoint(self) -> Promotion:
         seen: dict[str, str] = {}
         for role in ("target_dimensions", "critical_dimensions", "auxiliary_dimensions"):

@@ -89,6 +89,11 @@ def held_back(reserve_usd: float) -> str:
     return f", ${reserve_usd:.2f} held back for the final canary" if reserve_usd else ""
 
 
+def audit_id(label: str, role: str) -> str:
+    """The id of the audit `role` ("cand", "champ") of round `label`."""
+    return f"{label}-{role}"
+
+
 def audit_request(
     run_dir: Path,
     store: PolicyStore,
@@ -100,10 +105,10 @@ def audit_request(
     """The request for the audit of policy set `what` in role `what[0]` of round `label`; the
     target's inputs must show what sets it apart from `contrast` (the other arm of a pair)."""
     (role, ps), (tick, seed_set) = what, when
-    audit_id = f"{label}-{role}"  # as audit_id(label, role)
+    aid = audit_id(label, role)
     return AuditRequest(
-        audit_id=audit_id,
-        audit_dir=run_dir / "audits" / audit_id,
+        audit_id=aid,
+        audit_dir=run_dir / "audits" / aid,
         policy_dir=store.set_dir(ps),
         policy_hashes=ps.hashes,
         tick=tick,
@@ -111,11 +116,6 @@ def audit_request(
         seed_set=seed_set,
         contrast_dir=store.set_dir(contrast) if contrast is not None else None,
     )
-
-
-def audit_id(label: str, role: str) -> str:
-    """The id of the audit `role` ("cand", "champ") of round `label`."""
-    return f"{label}-{role}"
 
 
 def batch_requests(

@@ -110,3 +110,22 @@ def test_a_key_like_no_field_gets_no_guess() -> None:
         parse_contract(TEXT.replace("max_turns: 12", "max_turns: 12\n  zzzqqq: 1", 1))
     assert "measurement.zzzqqq: Extra inputs are not permitted\n" in str(info.value) + "\n"
     assert "did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("1", "screen_reference: 1 would compare each candidate with a single champion audit; give 0"),
+        ("-1", "greater than or equal to 0"),
+        ("65", "less than or equal to 64"),
+    ],
+)
+def test_a_screen_reference_that_cannot_screen_is_refused(value: str, says: str) -> None:
+    assert "  screen_reference: 8" in TEXT
+    with pytest.raises(ContractError, match=says):
+        parse_contract(TEXT.replace("  screen_reference: 8", f"  screen_reference: {value}", 1))
+
+
+def test_a_mistyped_screen_reference_is_named() -> None:
+    with pytest.raises(ContractError, match=r"did you mean 'screen_reference'"):
+        parse_contract(TEXT.replace("  screen_reference: 8", "  screen_referense: 8", 1))
