@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sil.base.errors import Halt
 from sil.base.faults import crashpoint
 from sil.exec.measure import AuditResult, MeasureContext
 from sil.policies.store import PolicySet
@@ -56,7 +57,15 @@ def mean_scores(ctx: MeasureContext, run_dir: Path, audit_ids: list[str]) -> np.
     """The per-seed mean of the audits' oriented score matrices (a cell none scored stays NaN)."""
     import numpy as np
 
-    results = [AuditResult.model_validate_json((run_dir / "audits" / a / RESULT_FILE).read_bytes()) for a in audit_ids]
+    try:
+        results = [
+            AuditResult.model_validate_json((run_dir / "audits" / a / RESULT_FILE).read_bytes()) for a in audit_ids
+        ]
+    except (OSError, ValueError) as ex:
+        raise Halt(
+            f"the screen compares with the champion's audits {', '.join(audit_ids)}, and one of their results "
+            f"cannot be read ({ex}); restore the run folder from a copy, or start a new run with --new"
+        ) from None
     stack = np.stack([ctx.matrix(r.scores) for r in results])
     counts = (~np.isnan(stack)).sum(axis=0)
     return np.where(counts > 0, np.nansum(stack, axis=0) / np.maximum(counts, 1), np.nan)

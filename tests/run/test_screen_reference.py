@@ -106,7 +106,8 @@ def test_without_a_reference_every_screen_is_a_pair(workspace: Path) -> None:
 
 
 def test_the_reference_is_the_last_n_unselected_audits(workspace: Path) -> None:
-    from sil.run.screening import note_paired, reference_for
+    from sil.base.errors import Halt
+    from sil.run.screening import mean_scores, note_paired, reference_for
     from sil.store.runstate import PlannedRound
 
     rc = run_loop(with_reference(workspace, 2))
@@ -123,6 +124,10 @@ def test_the_reference_is_the_last_n_unselected_audits(workspace: Path) -> None:
     assert reference_for(state, 2, "gate-c009-r00-t99", origin) == ["p-1", "p-2"]
     assert reference_for(state, 2, "gate-c010-r00-t99", origin) == state.references[origin.set_id]
     assert reference_for(state, 0, "gate-c010-r00-t99", origin) == []
+    gone = state.references[origin.set_id][0]
+    (rc.run_dir / "audits" / gone / RESULT_FILE).unlink()  # a run folder that lost a result
+    with pytest.raises(Halt, match=f"audits {gone}.*cannot be read.*start a new run with --new"):
+        mean_scores(rc.measure, rc.run_dir, state.references[origin.set_id])
     note_paired(state, 2, "never-aa099-t99", origin, aa=True)
     note_paired(state, 2, "never-aa099-t99", origin, aa=True)  # resumed: noted once
     assert state.references[origin.set_id] == ["never-aa099-t99-champ", "never-aa099-t99-cand"]
