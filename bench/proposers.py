@@ -283,6 +283,7 @@ class RunResult:
     false_keeps: int = 0  # KEEPs whose true target change against the champion was >= 0
     target_heldout: float | None = None  # the final true target change on the held-out seeds
     target_all: float | None = None  # ... and on all seeds (search and held-out)
+    clean_power: float | None = None  # the certification's planned power for a clean champion (its outlook)
 
 
 def arm_counts(run: LoopRun, arm: str) -> RunCounts:
@@ -343,7 +344,8 @@ def arm_result(run: LoopRun, world: BenchWorld, arm: str, search_champion: bool 
         docs, certified = run.delivered(arm), cert.certified
         counts = replace(counts, audits=counts.audits + 2 * cert.rounds)
     result = scored(world, run.rc.promotion, docs, counts, certified)
-    return replace(result, false_keeps=false_keeps(run, world, arm))
+    clean = cert.outlook.power if cert is not None and cert.outlook is not None else None
+    return replace(result, false_keeps=false_keeps(run, world, arm), clean_power=clean)
 
 
 def finished(run: LoopRun, phases: Phases = PHASES) -> LoopRun:
@@ -570,6 +572,7 @@ def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
     c = np.array([r.final_critical for r in results])
     decisions = sum(r.decisions for r in results)
     certs = [r.certified for r in results if r.certified is not None]
+    clean = [r.clean_power for r in results if r.clean_power is not None]
     return {
         "proposer": name,
         "runs": len(results),
@@ -585,6 +588,7 @@ def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
         "mutator_calls_per_run": round(float(np.mean([r.mutator_calls for r in results])), 2),
         "mutator_usd": round(float(sum(r.mutator_usd for r in results)), 4),
         "certified_share": None if not certs else round(float(np.mean(certs)), 3),
+        "clean_power": None if not clean else round(float(np.mean(clean)), 3),
     }
 
 
@@ -620,14 +624,16 @@ def format_md(tables: dict[float, list[dict[str, Any]]], args: argparse.Namespac
     out = [
         "| tolerance | proposer + rule | final true target change (± SE) | share of ceiling "
         "| share of certified oracle | P(final worse) "
-        "| P(any false KEEP) | KEEPs/run | certified | audits/decision | decisions/run | gaps | mutator calls/run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| P(any false KEEP) | KEEPs/run | certified | clean-champion power | audits/decision | decisions/run "
+        "| gaps | mutator calls/run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for tol, rows in tables.items():
         for r in rows:
             share = share_of(rows, CEILING, r["final_target"])
             share += f" | {share_of(rows, CERTIFIED_CEILING, r['final_target'])}"
             cert = "—" if r["certified_share"] is None else f"{r['certified_share']:.2f}"
+            cert += " | —" if r.get("clean_power") is None else f" | {r['clean_power']:.2f}"
             out.append(
                 f"| {tol:g} | {r['proposer']} | {r['final_target']:+.3f} ± {r['final_target_se']:.3f} | {share} "
                 f"| {r['p_final_worse']:.3f} | {r['p_any_false_keep']:.3f} | {r['keeps_per_run']:.2f} | {cert} "

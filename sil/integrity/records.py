@@ -20,6 +20,7 @@ from sil.contract.prepare import SeedSet
 from sil.policies.mutation import Mutation
 from sil.stats.fitness import NoiseEstimate
 from sil.stats.gate import ErrorBudget, GateDecision
+from sil.stats.horizon import Outlook
 from sil_policy.evidence import Usage
 
 # Whether one audit's target inputs show the use of a surface where its set differs from the
@@ -224,6 +225,8 @@ class CertifyRecord(Payload):
     # certified on held-out seeds: the same champion's check on the search seeds, for comparison
     search_rounds: int = 0
     search_effect: dict[str, tuple[float, float, float]] = {}  # dim -> (mean, lo90, hi90), champion - start
+    # what this horizon could do for a clean champion (planned power; rounds that reach certify_power)
+    outlook: Outlook | None = None
 
 
 class DemoteRecord(Payload):

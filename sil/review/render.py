@@ -247,7 +247,8 @@ CERT_HEAD = [
 
 
 def _rounds_cell(c: Certification) -> str:
-    return str(c.rounds) if c.looks is None else f"{c.rounds} of up to {c.looks}"
+    rounds = str(c.rounds) if c.looks is None else f"{c.rounds} of up to {c.looks}"
+    return rounds if c.outlook is None else f"{rounds} ({c.outlook.words()})"
 
 
 def _seeds_cell(c: Certification) -> str:

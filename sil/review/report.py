@@ -36,6 +36,7 @@ from sil.integrity.verify import verify_run_ledger
 from sil.review.runview import LEDGER, RunView
 from sil.review.summary import Summary, build_summary, conclusion_text, error_words, noise_line
 from sil.review.usecounts import NOT_PROVABLE_MEANS, candidate_rounds, surface_counts, verdict_counts
+from sil.stats.horizon import Outlook
 
 LEVEL = 0.9
 MAX_DIFF_LINES = 200
@@ -99,6 +100,7 @@ class Certification(BaseModel):
     seeds: int | None = None
     search_rounds: int = 0  # certified on held-out seeds: the champion's check on the search seeds
     search_effect: dict[str, tuple[float, float, float]] = {}
+    outlook: Outlook | None = None  # what its horizon could do for a clean champion (older ledgers: None)
 
 
 class ArmCost(BaseModel):
@@ -278,6 +280,7 @@ def certifications(view: RunView) -> list[Certification]:
                 seeds=c.seeds,
                 search_rounds=c.search_rounds,
                 search_effect=dict(c.search_effect),
+                outlook=c.outlook,
             )
         )
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sil.base.errors import Halt
 from sil.base.faults import crashpoint
+from sil.contract.prepare import SEED_SET_NAMES
 from sil.integrity.records import (
     IntentRecord,
     Keys,
@@ -29,13 +30,21 @@ from sil.integrity.records import (
 from sil.policies.mutation import Mutation, MutationError, apply_mutation
 from sil.policies.store import PolicySet
 from sil.run.context import RunContext
+from sil.run.horizon import certify_outlook
 from sil.run.proposing import CandidateSource, record_effect
 from sil.run.screening import note_paired, run_screen
 from sil.search.proposers import Proposer, make_proposer
 from sil.stats.gate import Ending, should_promote
 from sil.stats.horizon import champion_effect, kept_on
 from sil.stats.judges import ArmBudget, Judge, Outcome, judge_for
-from sil.store.events import ArmFinished, CandidateProposed, LookTaken, NoiseCalibrated, VerdictReached
+from sil.store.events import (
+    ArmFinished,
+    CandidateProposed,
+    CertificationOutlook,
+    LookTaken,
+    NoiseCalibrated,
+    VerdictReached,
+)
 from sil.store.runstate import ArmState, Pending
 
 
@@ -83,6 +92,9 @@ class NeverArm:
         arm.done = True
         sigma = {d: est.sigma[d] for d in rc.promotion.target_dimensions if d in est.sigma}
         rc.emit(NoiseCalibrated(pairs=len(state.aa_rounds), sigma=sigma))
+        if (seen := certify_outlook(rc.contract, state, rc.measure)) is not None:
+            seeds = f"{len(rc.measure.seeds_for(rc.measure.certify_on))} {SEED_SET_NAMES[rc.measure.certify_on]}"
+            rc.emit(CertificationOutlook(words=seen.words(), seeds=seeds, short=seen.short))
 
 
 class CandidateArm:

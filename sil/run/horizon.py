@@ -22,7 +22,7 @@ from __future__ import annotations
 from sil.contract.schema import Contract
 from sil.exec.measure import MeasureContext
 from sil.stats.holdout import rule_for
-from sil.stats.horizon import reserved_looks
+from sil.stats.horizon import Outlook, outlook, reserved_looks
 from sil.stats.judges import seed_count_scale
 from sil.store.runstate import ArmState, RunState
 
@@ -48,9 +48,26 @@ def held_back(contract: Contract, state: RunState, measure: MeasureContext, arm:
     effect = arm_state.champion_effect if arm_state is not None and champion_moved else None
     pool = state.shared.pool
     noise = pool.estimate() if pool.n_pairs else None
-    scale = seed_count_scale(len(measure.seed_ids), len(measure.seeds_for(measure.certify_on)))
-    level = rule_for(contract).step
+    scale, level = certify_scale(measure), rule_for(contract).step
     return reserved_looks(contract.promotion, noise, effect, b.certify_rounds, b.certify_power, scale, level)
+
+
+def certify_scale(measure: MeasureContext) -> float:
+    """How much the frozen noise is widened for the certification's seeds."""
+    return seed_count_scale(len(measure.seed_ids), len(measure.seeds_for(measure.certify_on)))
+
+
+def certify_outlook(contract: Contract, state: RunState, measure: MeasureContext) -> Outlook | None:
+    """What the gate arm's certification can do for a clean champion in `certify_rounds` rounds, at
+    the level it will run at and on its seeds (None: no certification, or no noise estimate yet).
+    A planned power below `certify_power` means even a clean find is likely thrown away."""
+    pool, b = state.shared.pool, contract.budget
+    if "gate" not in contract.certified_arms() or not pool.n_pairs:
+        return None
+    level = rule_for(contract).step
+    return outlook(
+        contract.promotion, pool.estimate(), b.certify_rounds, b.certify_power, certify_scale(measure), level
+    )
 
 
 def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from pydantic import BaseModel, ConfigDict
+
 from sil.contract.schema import Promotion
 from sil.stats.fitness import NoiseEstimate, RoundStat
 from sil.stats.gate import make_certify_gate, t_boundaries
@@ -69,15 +71,35 @@ def planned_power(
     """P(the certification with `looks` rounds at level `alpha` (None: alpha_certify) certifies a
     champion whose true change is `effect`, by its last look; 0 when a leg has no noise estimate
     (an unknown leg cannot pass)."""
+    drifts = leg_drifts(promotion, noise, effect, looks, sigma_scale, alpha)
+    return 0.0 if drifts is None else power_at(drifts, looks)
+
+
+def leg_drifts(
+    promotion: Promotion,
+    noise: NoiseEstimate,
+    effect: Mapping[str, float],
+    looks: int,
+    sigma_scale: float = 1.0,
+    alpha: float | None = None,
+) -> list[tuple[float, float]] | None:
+    """Per leg of a `looks`-round certification: its drift per sqrt(round), (null - delta) / sigma
+    at the champion's `effect`, and its last boundary c; None when a leg has no noise estimate."""
     gate = make_certify_gate(promotion, noise, looks, alpha=alpha, sigma_scale=sigma_scale)
-    power = 1.0
+    out = []
     for leg in gate.legs:
         if leg.sigma is None or leg.df is None or leg.sigma <= 0:
-            return 0.0
+            return None
         c = t_boundaries(leg.alpha, looks, leg.df, leg.spending)[looks - 1]
         delta = sum(w * effect.get(dim, 0.0) for dim, w in leg.weights)
-        power *= _norm_cdf((leg.null - delta) * math.sqrt(looks) / leg.sigma - c)
-    return power
+        out.append(((leg.null - delta) / leg.sigma, c))
+    return out
+
+
+def power_at(drifts: Sequence[tuple[float, float]], rounds: float) -> float:
+    """The planned power after `rounds` rounds, every leg's boundary held at its c: the product of
+    the legs' Phi(drift sqrt(rounds) - c)."""
+    return math.prod(_norm_cdf(d * math.sqrt(rounds) - c) for d, c in drifts)
 
 
 def sized_looks(
@@ -133,3 +155,55 @@ def reserved_looks(
     if effect is None:
         return floor
     return max(floor, sized_looks(promotion, noise, effect, cap, power, sigma_scale, alpha))
+
+
+class Outlook(BaseModel):
+    """What a certification of `looks` rounds can do for a clean champion (one that lowered the
+    target by the gate's design effect and moved no critical dimension), before the search finds
+    anything: its planned power, the power the contract plans for, and about how many rounds
+    would reach it (None: no number of rounds does)."""
+
+    model_config = ConfigDict(frozen=True)
+    power: float
+    looks: int
+    goal: float
+    needed: int | None
+
+    @property
+    def short(self) -> bool:
+        return self.power < self.goal
+
+    def words(self) -> str:
+        said = f"planned power {self.power:.2f} for a clean champion in {self.looks} rounds"
+        if not self.short:
+            return said
+        more = "no number of rounds reaches" if self.needed is None else f"about {self.needed} rounds reach"
+        return f"{said}; {more} {self.goal:g}"
+
+
+MAX_ROUNDS = 100_000
+
+
+def outlook(
+    promotion: Promotion,
+    noise: NoiseEstimate,
+    looks: int,
+    goal: float,
+    sigma_scale: float = 1.0,
+    alpha: float | None = None,
+) -> Outlook | None:
+    """The certification's outlook for a clean champion (`floor_effect`); None without a noise
+    estimate for every leg. The rounds needed keep the boundaries of a `looks`-round test (they
+    grow a little with more looks), so they are a slight underestimate."""
+    drifts = leg_drifts(promotion, noise, floor_effect(promotion), looks, sigma_scale, alpha)
+    if drifts is None:
+        return None
+    power = power_at(drifts, looks)
+    needed = None
+    if all(d > 0 for d, _ in drifts) and power_at(drifts, MAX_ROUNDS) >= goal:
+        low, high = 0, MAX_ROUNDS  # power_at grows with the rounds when every drift is positive
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if power_at(drifts, mid) >= goal else (mid, high)
+        needed = high
+    return Outlook(power=power, looks=looks, goal=goal, needed=needed)

@@ -46,6 +46,24 @@ class NoiseCalibrated:
 
 
 @dataclass(frozen=True)
+class CertificationOutlook:
+    """Once the noise is known: what the gate's certification can do for a clean champion."""
+
+    words: str  # what Outlook.words() says (sil/stats/horizon.py)
+    seeds: str  # the seeds it runs on, e.g. "6 held-out"
+    short: bool  # below the contract's certify_power
+
+    def text(self) -> str:
+        line = f"certification outlook ({self.seeds} seeds): {self.words}"
+        if not self.short:
+            return line
+        return (
+            f"{line}. WARNING: a find will likely be rolled back; raise budget.certify_rounds, add held-out "
+            "seeds, or loosen promotion.harm_tolerance (a new contract)"
+        )
+
+
+@dataclass(frozen=True)
 class CandidateProposed:
     arm: str
     index: int
@@ -193,6 +211,7 @@ Event = (
     BaselineStarted
     | CanaryPassed
     | NoiseCalibrated
+    | CertificationOutlook
     | CandidateProposed
     | LookTaken
     | VerdictReached

@@ -110,6 +110,29 @@ def test_under_a_project_budget_the_rounds_are_planned_at_the_certifications_own
     assert planned_power(p, noise, effect, per_run, scale, alpha=0.005) < b.certify_power
 
 
+def test_the_outlook_warns_when_even_a_clean_champion_would_likely_be_rolled_back(workspace: Path) -> None:
+    """After the calibration the run says what its certification can do for a clean champion, at
+    the level it runs at and on its seeds; below certify_power the line warns and names the fix."""
+    from sil.run.horizon import certify_outlook
+    from sil.store.events import CertificationOutlook
+
+    rc = open_sized(workspace)
+    seen = certify_outlook(rc.contract, rc.state, rc.measure)
+    assert seen is not None and seen.looks == rc.contract.budget.certify_rounds and not seen.short
+    cert = rc.contract.certification.model_copy(update={"project_alpha": 0.001, "project_certifications": 10})
+    strict = rc.contract.model_copy(update={"certification": cert})
+    tight = certify_outlook(strict, rc.state, rc.measure)
+    assert tight is not None and tight.power < seen.power  # a share of a small project alpha
+    promo = rc.contract.promotion.model_copy(update={"harm_tolerance": 0.05})
+    narrow = certify_outlook(rc.contract.model_copy(update={"promotion": promo}), rc.state, rc.measure)
+    assert narrow is not None and narrow.short and narrow.needed is not None and narrow.needed > narrow.looks
+    line = CertificationOutlook(words=narrow.words(), seeds="6 held-out", short=narrow.short).text()
+    assert "WARNING" in line and "budget.certify_rounds" in line and f"about {narrow.needed} rounds" in line
+    assert "WARNING" not in CertificationOutlook(words=seen.words(), seeds="6 held-out", short=False).text()
+    uncertified = rc.contract.model_copy(update={"budget": rc.contract.budget.model_copy(update={"certify_rounds": 0})})
+    assert certify_outlook(uncertified, rc.state, rc.measure) is None
+
+
 def test_the_new_budget_fields_hash_only_when_set(workspace: Path) -> None:
     import json
 
@@ -147,3 +170,4 @@ def test_a_whole_run_with_a_search_sized_horizon_completes_verifies_and_records_
     assert gate.audits <= pool_audits(rc.contract, "gate")
     for cert in [r.payload for r in records(rc) if r.type == "certify" and r.payload["arm"] == "gate"]:
         assert cert["looks"] == (pool_audits(rc.contract, "gate") - gate.audits) // 2
+        assert cert["outlook"]["looks"] == cert["looks"]  # what that horizon could do for a clean champion

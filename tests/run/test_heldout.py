@@ -281,7 +281,8 @@ def test_a_dry_proposer_s_unspent_audits_lengthen_the_certification(
 
     data = build_report(load_run(rc.run_dir), workspace)
     (row,) = [r for r in _cert_rows(data) if r[0] == "gate"]
-    assert row[3] == f"{looks} of up to {looks}"
+    # and what that horizon could do for a clean champion, so a rolled-back find can be read
+    assert row[3].startswith(f"{looks} of up to {looks} (planned power ") and f"in {looks} rounds" in row[3]
 
 
 @pytest.mark.slow  # a whole run or real audits: .ci/run runs it after make test

@@ -93,3 +93,29 @@ def test_the_champions_effect_adds_up_its_keeps_estimated_on_their_confirmation_
     coin = Trial(screen=stat(t=-0.2, c2=0.1))  # the coin's one round, chosen by no data
     assert champion_effect(first, kept_on(coin)) == pytest.approx({"t": -0.7, "c1": 0.2, "c2": 0.1})
     assert kept_on(Trial()) == []
+
+
+def test_the_outlook_is_the_planned_power_of_a_clean_champion_and_the_rounds_that_reach_the_goal():
+    from sil.stats.horizon import floor_effect, outlook
+
+    seen = outlook(promo(0.3), NOISE, looks=20, goal=0.8)
+    assert seen is not None
+    assert seen.power == pytest.approx(planned_power(promo(0.3), NOISE, floor_effect(promo(0.3)), 20))
+    assert seen.short and seen.needed is not None and seen.needed > 20
+    # with the 20-round boundaries held, `needed` is the first round count that reaches the goal
+    at = outlook(promo(0.3), NOISE, looks=seen.needed, goal=0.8)
+    assert at is not None and at.power >= 0.8 - 0.02  # the boundaries grow a little with more looks
+    assert "about" in seen.words() and "reach 0.8" in seen.words()
+    clear = outlook(promo(0.5), NOISE, looks=100, goal=0.8)
+    assert clear is not None and not clear.short and "reach" not in clear.words()
+
+
+def test_no_outlook_without_noise_and_no_round_count_when_a_leg_cannot_pass():
+    from sil.stats.horizon import outlook
+
+    unknown = NoiseEstimate(sigma={"t": 0.7}, df={"t": 40}, n_pairs=40)  # the critical legs have no noise
+    assert outlook(promo(), unknown, looks=20, goal=0.8) is None
+    hopeless = promo(0.5).model_copy(update={"futility_effect": 1e-9})  # the target leg's drift is ~0
+    seen = outlook(hopeless, NOISE, looks=20, goal=0.8)
+    assert seen is not None and seen.short and seen.needed is None
+    assert "no number of rounds reaches 0.8" in seen.words()
