@@ -395,9 +395,11 @@ def promotion_overrides(pairs: Sequence[str]) -> dict[str, object]:
     return out
 
 
-def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> LoadedContract:
+def with_overrides(loaded: LoadedContract, overrides: dict[str, object], regrid: bool = False) -> LoadedContract:
     """The contract with promotion fields replaced (validated, as the contract would be);
-    `certify_rounds`, `certify_horizon` and `certify_power` are the budget's fields of those names."""
+    `certify_rounds`, `certify_horizon` and `certify_power` are the budget's fields of those names.
+    `regrid`: the grid re-budgets the run afterwards (`grid_contract`), so a `certify_rounds` the
+    contract's own `max_audits` could not pay for is no error here."""
     if not overrides:
         return loaded
     c, over = loaded.contract, dict(overrides)
@@ -405,6 +407,8 @@ def with_overrides(loaded: LoadedContract, overrides: dict[str, object]) -> Load
     for key in BUDGET_OVERRIDES:
         if key in over:
             budget[key] = over.pop(key)
+    if regrid:
+        budget["max_audits"] = 100_000  # the schema's largest: grid_contract then sets the grid's own
     promo = Promotion.model_validate({**c.promotion.model_dump(), **over})
     return revalidated(loaded, {"promotion": promo.model_dump(), "budget": budget})
 
@@ -463,7 +467,7 @@ def grid_entry(loaded: LoadedContract, name: str, rule: str) -> RunResult:
 
 def one_run(task: tuple[str, int, int, tuple[tuple[str, str], ...], dict[str, object]]) -> dict[str, RunResult]:
     contract_path, run, budget, entries, overrides = task
-    loaded = world_contract(with_overrides(load_contract(Path(contract_path)), overrides), run)
+    loaded = world_contract(with_overrides(load_contract(Path(contract_path)), overrides, regrid=True), run)
     return {entry_name(n, r): grid_entry(grid_contract(loaded, budget, r), n, r) for n, r in entries}
 
 
@@ -713,7 +717,7 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[str], None] = pr
         key, _, value = pair.partition("=")
         overrides[key] = value if key == "certify_horizon" else float(value) if key == "certify_power" else int(value)
     try:
-        base = with_overrides(load_contract(args.contract), overrides)
+        base = with_overrides(load_contract(args.contract), overrides, regrid=not args.arms)
     except Exception as ex:  # a bad override or contract: one line, exit 2
         raise SystemExit(f"invalid contract or --set override: {ex}") from None
     if args.arms:

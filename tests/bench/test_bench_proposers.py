@@ -95,3 +95,14 @@ def test_an_uncertified_random_arm_is_delivered_raw_with_its_certified_counterfa
     assert proposers.arm_rows(path, {}) == proposers.ARMS
     out = proposers.arms_run((str(path), 0, {}))
     _random_arm_both_ways(out, proposers.RANDOM_CERTIFIED, "random")
+
+
+def test_a_certification_the_contracts_own_budget_cannot_pay_for_is_fine_for_the_grid_not_for_the_arms() -> None:
+    """The grid re-budgets each run (`grid_contract`), so `--set certify_rounds=90` must not be refused
+    against the example's own max_audits; `--arms` runs the contract's own budget, where it must be."""
+    contract = proposers.load_contract(proposers.ROOT / "examples" / "program-mutator-offline.md")
+    grid = proposers.grid_contract(proposers.with_overrides(contract, {"certify_rounds": 90}, regrid=True), 300, "gate")
+    assert grid.contract.budget.certify_rounds == 90
+    assert grid.contract.budget.arm_audits["gate"] == 300 - 2 * contract.contract.promotion.calibration_pairs - 180
+    with pytest.raises(ValueError, match="max_audits"):
+        proposers.with_overrides(contract, {"certify_rounds": 90})
