@@ -20,6 +20,7 @@ from sil.contract.schema import Contract
 from sil.integrity.ledger import Record
 from sil.integrity.records import NoiseRecord, canary_halt, parse_payload
 from sil.stats import fitness
+from sil.stats.horizon import Outlook
 from sil.store.champion import ChampionStatus, champion_status
 from sil.store.runstate import RunState
 
@@ -57,6 +58,8 @@ class Confirmation(BaseModel):
     heldout_seeds: int | None = None
     search: tuple[float, float, float] | None = None
     search_rounds: int = 0
+    # its horizon's outlook in words when even a clean champion was unlikely to pass (below certify_power)
+    short_outlook: str | None = None
 
 
 class Summary(BaseModel):
@@ -166,9 +169,15 @@ def _confirmation(state: RunState, records: list[Record], target: str) -> Confir
         return None
     on: SeedSet = cert.get("seed_set", "search")
     final = fitness.interval(arm.final_rounds, target, INTERVAL_LEVEL) if arm.final_rounds else None
+    seen = Outlook.model_validate(cert["outlook"]) if cert.get("outlook") else None
+    short = seen.words() if seen is not None and seen.short else None
     if on == "search":
         return Confirmation(
-            certified=cert["certified"], certified_on=on, search=final, search_rounds=len(arm.final_rounds)
+            certified=cert["certified"],
+            certified_on=on,
+            search=final,
+            search_rounds=len(arm.final_rounds),
+            short_outlook=short,
         )
     check = fitness.interval(arm.search_rounds, target, INTERVAL_LEVEL) if arm.search_rounds else None
     return Confirmation(
@@ -179,6 +188,7 @@ def _confirmation(state: RunState, records: list[Record], target: str) -> Confir
         heldout_seeds=cert.get("seeds"),
         search=check,
         search_rounds=len(arm.search_rounds),
+        short_outlook=short,
     )
 
 
@@ -258,9 +268,11 @@ def conclusion(s: Summary) -> str:
     if gate_arm is None:
         return "conclusion: no gate arm in this run"
     if gate_arm.standing == "rolled_back":
+        short = s.confirmation.short_outlook if s.confirmation else None
+        weak = f" (an underpowered certification: {short}; a real find may have been rolled back)" if short else ""
         return (
             f"conclusion: the gate kept {gate_arm.keeps} change(s), but the champion was "
-            f"{gate_arm.champion} — no robust improvement"
+            f"{gate_arm.champion} — no robust improvement{weak}"
         )
     if not gate_arm.changed:
         return (

@@ -103,6 +103,25 @@ def test_5_a_rolled_back_random_arm_delivered_the_start() -> None:
     assert "-2.00 vs +0.00" in text and "the gate delivered 2.00 more" in text
 
 
+def test_5_a_rolled_back_gate_says_when_its_certification_was_underpowered() -> None:
+    from sil.review.summary import Confirmation
+    from sil.stats.horizon import Outlook
+
+    gate = _arm("gate", 0.0, changed=False, standing="rolled_back", champion="rolled back to the starting policy")
+    short = Outlook(power=0.53, looks=70, goal=0.8, needed=118).words()
+    weak = _summary(
+        arms=[_arm("random", -1.0), gate],
+        confirmation=Confirmation(certified=False, certified_on="heldout", short_outlook=short),
+    )
+    text = conclusion_text(weak)
+    assert "no robust improvement" in text and "an underpowered certification" in text
+    assert "planned power 0.53 for a clean champion in 70 rounds; about 118 rounds reach 0.8" in text
+    plain = _summary(
+        arms=[_arm("random", -1.0), gate], confirmation=Confirmation(certified=False, certified_on="heldout")
+    )
+    assert "underpowered" not in conclusion_text(plain)
+
+
 def test_5_the_readme_says_where_the_comparison_over_many_worlds_is() -> None:
     readme = " ".join((REPO / "README.md").read_text().split())
     assert "The gate delivers more." not in readme, "a claim about 20 worlds read as one about the run at hand"
