@@ -22,12 +22,10 @@ from sil.contract.prepare import SEED_SET_NAMES, SeedSet
 from sil.integrity.records import CertifyLeg, CertifyRecord, DemoteRecord, IntentRecord, Keys, RoundRecord
 from sil.run.context import RunContext
 from sil.run.holdout import record_result, reserve
-from sil.run.horizon import pooled_looks, sized_by_search
+from sil.run.horizon import certify_outlook, pooled_looks, sized_by_search
 from sil.run.proposing import NOTHING_LEFT
 from sil.stats import fitness
 from sil.stats.gate import GateDecision
-from sil.stats.holdout import rule_for
-from sil.stats.horizon import Outlook, outlook
 from sil.stats.judges import Claim, certify, seed_count_scale
 from sil.store.events import CertificationStopped, RolledBack
 from sil.store.runstate import ArmState, RoundKind
@@ -144,16 +142,6 @@ def final_rounds(rc: RunContext, arm: ArmState, plan: FinalPlan) -> GateDecision
     return decision
 
 
-def horizon_outlook(rc: RunContext, arm: ArmState) -> Outlook | None:
-    """What the arm's certification horizon could do for a clean champion, at its level."""
-    pool = rc.state.shared.pool
-    if not pool.n_pairs:
-        return None
-    b, level = rc.contract.budget, rule_for(rc.contract).step
-    scale = sigma_scale(rc, rc.measure.certify_on)
-    return outlook(rc.promotion, pool.estimate(), certify_looks(rc, arm), b.certify_power, scale, level)
-
-
 def certify_legs(rounds: list[fitness.RoundStat], decision: GateDecision | None) -> list[CertifyLeg]:
     """Each leg's estimate, 90% interval over the certification rounds, statistic and boundary."""
     legs = []
@@ -209,7 +197,7 @@ def conclude(rc: RunContext, arm: ArmState, decision: GateDecision | None, refus
             sigma_scale=sigma_scale(rc, seed_set),
             search_rounds=len(arm.search_rounds),
             search_effect=search_effects(rc, arm),
-            outlook=horizon_outlook(rc, arm),
+            outlook=certify_outlook(rc.contract, rc.state, rc.measure, certify_looks(rc, arm)),
         ),
     )
     if refused is None:

@@ -57,17 +57,17 @@ def certify_scale(measure: MeasureContext) -> float:
     return seed_count_scale(len(measure.seed_ids), len(measure.seeds_for(measure.certify_on)))
 
 
-def certify_outlook(contract: Contract, state: RunState, measure: MeasureContext) -> Outlook | None:
-    """What the gate arm's certification can do for a clean champion in `certify_rounds` rounds, at
-    the level it will run at and on its seeds (None: no certification, or no noise estimate yet).
+def certify_outlook(
+    contract: Contract, state: RunState, measure: MeasureContext, looks: int | None = None
+) -> Outlook | None:
+    """What a certification of `looks` rounds (None: `certify_rounds`) can do for a clean champion,
+    at the level it will run at and on its seeds (None: no certification, or no noise estimate yet).
     A planned power below `certify_power` means even a clean find is likely thrown away."""
     pool, b = state.shared.pool, contract.budget
     if "gate" not in contract.certified_arms() or not pool.n_pairs:
         return None
-    level = rule_for(contract).step
-    return outlook(
-        contract.promotion, pool.estimate(), b.certify_rounds, b.certify_power, certify_scale(measure), level
-    )
+    n, level = b.certify_rounds if looks is None else looks, rule_for(contract).step
+    return outlook(contract.promotion, pool.estimate(), n, b.certify_power, certify_scale(measure), level)
 
 
 def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:
