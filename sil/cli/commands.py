@@ -22,6 +22,7 @@ from sil.exec.backends import make_backend
 from sil.exec.startchecks import most_seeds, planned_audits, start_checks
 from sil.integrity.witness import WitnessError, witness_from_env
 from sil.run.canary import reserve as canary_reserve
+from sil.run.outlookcheck import outlook_check
 from sil.run.proposing import proposer_check
 from sil.run.replication import power_note, replicate
 from sil.run.train import LOCKS, PHASES, POLICIES, anchor_guard, check_same_run, guarded_config, open_run, signing_trust
@@ -45,6 +46,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
     mutator_calls, mutator_usd = mutator_worst_case(c)
     canary_checks = len(PHASES)  # before every phase but the preflight, and at the end
     canary_usd = canary_checks * canary_reserve(c, root / c.measurement.seed_library, backend)
+    seen = outlook_check(loaded, root)
     return "\n".join(
         [
             f"contract {c.contract_id} ({c.contract_hash[:12]}), backend {c.backend}, "
@@ -71,6 +73,7 @@ def plan_run(loaded: LoadedContract, root: Path, replicate_k: int | None) -> str
             + (f" + ${mutator_usd:.2f} for the mutator" if mutator_usd else "")
             + (f" + ${canary_usd:.2f} for {canary_checks} judge-drift canary checks" if canary_usd else "")
             + f" ({note}); the run stops at max_usd ${b.max_usd:g}; no model call was made",
+            *([seen.detail] if seen else []),
         ]
     )
 
@@ -87,6 +90,8 @@ def check_contract(loaded: LoadedContract, root: Path, out: Console, err: Consol
     """Print every start-time check of `sil run`: exit 1 if the measurement or policies fail, 2 if refused."""
     report = start_checks(loaded, root)
     report.items.append(proposer_check(loaded))
+    if (seen := outlook_check(loaded, root)) is not None:
+        report.items.append(seen)
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=1) + "\n")
     for item in [] if as_json else report.items:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from sil.base.errors import Halt
 from sil.base.faults import crashpoint
-from sil.contract.prepare import SEED_SET_NAMES
 from sil.integrity.records import (
     IntentRecord,
     Keys,
@@ -30,7 +29,7 @@ from sil.integrity.records import (
 from sil.policies.mutation import Mutation, MutationError, apply_mutation
 from sil.policies.store import PolicySet
 from sil.run.context import RunContext
-from sil.run.horizon import certify_outlook
+from sil.run.horizon import certify_outlook, certify_seeds
 from sil.run.proposing import CandidateSource, record_effect
 from sil.run.screening import note_paired, run_screen
 from sil.search.proposers import Proposer, make_proposer
@@ -93,8 +92,7 @@ class NeverArm:
         sigma = {d: est.sigma[d] for d in rc.promotion.target_dimensions if d in est.sigma}
         rc.emit(NoiseCalibrated(pairs=len(state.aa_rounds), sigma=sigma))
         if (seen := certify_outlook(rc.contract, state, rc.measure)) is not None:
-            seeds = f"{len(rc.measure.seeds_for(rc.measure.certify_on))} {SEED_SET_NAMES[rc.measure.certify_on]}"
-            rc.emit(CertificationOutlook(words=seen.words(), seeds=seeds, short=seen.short))
+            rc.emit(CertificationOutlook(words=seen.words(), seeds=certify_seeds(rc.measure), short=seen.short))
 
 
 class CandidateArm:

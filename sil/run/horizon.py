@@ -19,8 +19,10 @@ the certification's first round (docs/statistics.md §3, "Sizing the certificati
 
 from __future__ import annotations
 
+from sil.contract.prepare import SEED_SET_NAMES
 from sil.contract.schema import Contract
 from sil.exec.measure import MeasureContext
+from sil.stats.fitness import NoiseEstimate
 from sil.stats.holdout import rule_for
 from sil.stats.horizon import Outlook, outlook, reserved_looks
 from sil.stats.judges import seed_count_scale
@@ -63,11 +65,25 @@ def certify_outlook(
     """What a certification of `looks` rounds (None: `certify_rounds`) can do for a clean champion,
     at the level it will run at and on its seeds (None: no certification, or no noise estimate yet).
     A planned power below `certify_power` means even a clean find is likely thrown away."""
-    pool, b = state.shared.pool, contract.budget
-    if "gate" not in contract.certified_arms() or not pool.n_pairs:
+    pool = state.shared.pool
+    return outlook_at(contract, pool.estimate() if pool.n_pairs else None, measure, looks)
+
+
+def outlook_at(
+    contract: Contract, noise: NoiseEstimate | None, measure: MeasureContext, looks: int | None = None
+) -> Outlook | None:
+    """`certify_outlook` with a given noise estimate: a run's own, or before a run an earlier
+    run's calibration (sil/run/outlookcheck.py)."""
+    b = contract.budget
+    if "gate" not in contract.certified_arms() or noise is None:
         return None
     n, level = b.certify_rounds if looks is None else looks, rule_for(contract).step
-    return outlook(contract.promotion, pool.estimate(), n, b.certify_power, certify_scale(measure), level)
+    return outlook(contract.promotion, noise, n, b.certify_power, certify_scale(measure), level)
+
+
+def certify_seeds(measure: MeasureContext) -> str:
+    """The certification's seeds in words, e.g. "6 held-out"."""
+    return f"{len(measure.seeds_for(measure.certify_on))} {SEED_SET_NAMES[measure.certify_on]}"
 
 
 def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:
