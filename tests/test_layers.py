@@ -29,6 +29,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache  # every edge asks for its module's layer: walk the tree once
 def project_modules() -> dict[str, Path]:
     files = [REPO / f"{m}.py" for m in CARDS]
     for d in ("sil", "sil_policy", "sil_runtime", "bench"):
