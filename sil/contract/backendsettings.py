@@ -43,6 +43,12 @@ class BackendSettings(BaseModel):
     # contract's hash while at their default, so an older contract keeps its hash.
     added_later: ClassVar[tuple[str, ...]] = ()
 
+    def replicate(self, k: int) -> BackendSettings:
+        """The settings of a sweep's k-th seed variant (`sil sweep --seeds`, k >= 1). A backend
+        whose audits draw their noise from a setting, not from fresh model calls, moves it here so
+        that the variants are audited afresh, as real re-runs are. Default: unchanged."""
+        return self
+
     @classmethod
     def hashed(cls, settings: dict[str, Any]) -> dict[str, Any]:
         """The settings as the contract hashes them: `added_later` ones at their default left out."""

@@ -67,6 +67,10 @@ class SimParams(BackendSettings):
         """The seed of the audit noise: `noise_seed`, else `world_seed`."""
         return self.world_seed if self.noise_seed is None else self.noise_seed
 
+    def replicate(self, k: int) -> SimParams:
+        """A sweep's seed variant audits the same world afresh: its own noise stream."""
+        return self.model_copy(update={"noise_seed": self.audit_seed + k})
+
     # the simulated audit plays auditor, target and judge itself: sim/auditor, sim/target, sim/judge
     own_roles_prefix: ClassVar[str | None] = "sim/"
     added_later: ClassVar[tuple[str, ...]] = ("noise_seed",)

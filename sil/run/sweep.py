@@ -2,7 +2,9 @@
 
 Each run of a sweep is its own `sil run` process in its own workspace,
 `state/sweeps/<run id>/`: the contract (a seed variant is the same contract with
-`seed: <seed + k>`, so a contract of its own, with its own hash and run id), a copy of its
+`seed: <seed + k>`, and on a backend whose audit noise is a setting, such as sim's
+`noise_seed`, that setting moved too, so its audits are fresh as a real re-run's are: a contract
+of its own, with its own hash and run id), a copy of its
 frozen measurement and of the project's runtime policies, and the project's approval for it
 and `allowed_signers` if there are any (signed files, verified as always). So every run has
 its own run directory, lock, policy lock, ledger and approval, no run waits for another's
@@ -24,14 +26,17 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import yaml
 from pydantic import BaseModel
 from rich.markup import escape
 from rich.table import Table
 
 from sil.base.errors import Refused
 from sil.contract.approval import ALLOWED_SIGNERS_DEFAULT, approval_path
+from sil.contract.backendsettings import V1_SECTIONS, settings_model
 from sil.contract.schema import (
     Contract,
     ContractError,
@@ -73,17 +78,47 @@ class SweepOutcome:
 
 
 def seed_text(path: Path, k: int) -> str:
-    """The contract text at `path` with its seed moved by `k` (k = 0: unchanged)."""
+    """The contract text at `path` with its seed moved by `k` (k = 0: unchanged), and the backend
+    settings its audits draw their noise from moved too (`BackendSettings.replicate`)."""
     text = path.read_text(encoding="utf-8")
     if k == 0:
         return text
     front, _ = split_front_matter(text, str(path))
-    seed = load_contract(path).contract.seed + k
+    contract = load_contract(path).contract
+    seed = contract.seed + k
     if SEED_LINE.search(front):
         new_front = SEED_LINE.sub(f"seed: {seed}", front, count=1)
     else:
         new_front = front.rstrip("\n") + f"\nseed: {seed}\n"
+    if moved := replicated_settings(contract, k):
+        new_front = with_backend_settings(new_front, contract.backend, moved)
     return text.replace(front, new_front, 1)
+
+
+def replicated_settings(contract: Contract, k: int) -> dict[str, Any]:
+    """The backend settings the k-th seed variant changes (empty: its audits are fresh anyway)."""
+    model = settings_model(contract.backend)
+    if model is None:
+        return {}
+    before = contract.settings(model).model_dump(mode="json")
+    after = contract.settings(model).replicate(k).model_dump(mode="json")
+    return {name: value for name, value in after.items() if before.get(name) != value}
+
+
+def with_backend_settings(front: str, backend: str, changes: dict[str, Any]) -> str:
+    """The front matter with `changes` in its backend's settings, wherever the contract keeps them
+    (`backend: {kind, settings}` or a v1 contract's section). Written anew: its comments are lost,
+    so it says where it came from."""
+    data = yaml.safe_load(front)
+    spec = data.get("backend")
+    if isinstance(spec, dict):
+        spec["settings"] = {**(spec.get("settings") or {}), **changes}
+    elif backend in V1_SECTIONS and isinstance(data.get(backend), dict):
+        data[backend] = {**data[backend], **changes}
+    else:
+        data["backend"] = {"kind": backend, "settings": changes}
+    note = f"# a seed variant written by `sil sweep --seeds`: its seed and {', '.join(changes)} moved\n"
+    return note + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def plan_sweep(contracts: list[Path], root: Path, seeds: int = 1) -> list[SweepRun]:

@@ -259,3 +259,44 @@ def test_an_audit_on_another_live_node_is_unknown(tmp_path: Path, node: str, ali
             runner.check_remote("a1", audit_dir)
     else:
         runner.check_remote("a1", audit_dir)  # died: the local rules re-run it
+
+
+def test_seed_variants_on_sim_audit_the_same_world_afresh(workspace: Path) -> None:
+    """A simulated re-run with the same noise stream replays the same audits: a seed variant moves
+    `sim.noise_seed` too, and nothing else but its seed, whichever way the contract writes its settings."""
+    from sil.contract.schema import load_contract
+    from sil.contract.simparams import SimParams
+
+    path = workspace / "program.md"
+    original = load_contract(path).contract
+    runs = plan_sweep([path], workspace, seeds=3)
+    variants = [load_contract(r.workspace / "program.md").contract for r in runs]
+    sims = [c.settings(SimParams) for c in variants]
+    assert sims[0].noise_seed is None and len({s.audit_seed for s in sims}) == 3
+    assert {s.world_seed for s in sims} == {original.settings(SimParams).world_seed}
+    for k, variant in enumerate(variants):
+        same = variant.model_copy(update={"seed": original.seed}).with_settings(
+            sims[k].model_copy(update={"noise_seed": None})
+        )
+        assert same.contract_hash == original.contract_hash  # only the seed and the noise stream moved
+
+
+def test_a_variant_moves_the_settings_where_the_contract_keeps_them() -> None:
+    import yaml
+
+    from sil.run.sweep import with_backend_settings
+
+    nested = with_backend_settings("backend:\n  kind: sim\n  settings: {world_seed: 5}\n", "sim", {"noise_seed": 6})
+    assert yaml.safe_load(nested)["backend"] == {"kind": "sim", "settings": {"world_seed": 5, "noise_seed": 6}}
+    v1 = yaml.safe_load(with_backend_settings("backend: sim\nsim:\n  world_seed: 5\n", "sim", {"noise_seed": 6}))
+    assert v1["backend"] == "sim" and v1["sim"] == {"world_seed": 5, "noise_seed": 6}
+    plugin = yaml.safe_load(with_backend_settings("backend: mine\n", "mine", {"stream": 2}))
+    assert plugin["backend"] == {"kind": "mine", "settings": {"stream": 2}}
+
+
+def test_a_variant_on_real_audits_moves_only_its_seed() -> None:
+    from sil.contract.schema import load_contract
+    from sil.run.sweep import replicated_settings
+
+    petri = load_contract(REPO / "examples" / "program-petri-offline.md").contract
+    assert replicated_settings(petri, 1) == {}  # a real runtime's audits are fresh without help
