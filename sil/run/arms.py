@@ -29,7 +29,7 @@ from sil.integrity.records import (
 from sil.policies.mutation import Mutation, MutationError, apply_mutation
 from sil.policies.store import PolicySet
 from sil.run.context import RunContext
-from sil.run.horizon import certify_outlook, certify_seeds
+from sil.run.horizon import certify_outlook, outlook_event
 from sil.run.proposing import CandidateSource, record_effect
 from sil.run.screening import note_paired, run_screen
 from sil.search.proposers import Proposer, make_proposer
@@ -39,7 +39,6 @@ from sil.stats.judges import ArmBudget, Judge, Outcome, judge_for
 from sil.store.events import (
     ArmFinished,
     CandidateProposed,
-    CertificationOutlook,
     LookTaken,
     NoiseCalibrated,
     VerdictReached,
@@ -92,7 +91,7 @@ class NeverArm:
         sigma = {d: est.sigma[d] for d in rc.promotion.target_dimensions if d in est.sigma}
         rc.emit(NoiseCalibrated(pairs=len(state.aa_rounds), sigma=sigma))
         if (seen := certify_outlook(rc.contract, state, rc.measure)) is not None:
-            rc.emit(CertificationOutlook(words=seen.words(), seeds=certify_seeds(rc.measure), short=seen.short))
+            rc.emit(outlook_event(rc.contract, seen, rc.measure))
 
 
 class CandidateArm:

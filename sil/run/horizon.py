@@ -26,6 +26,7 @@ from sil.stats.fitness import NoiseEstimate
 from sil.stats.holdout import rule_for
 from sil.stats.horizon import Outlook, outlook, reserved_looks
 from sil.stats.judges import seed_count_scale
+from sil.store.events import CertificationOutlook
 from sil.store.runstate import ArmState, RunState
 
 
@@ -81,9 +82,11 @@ def outlook_at(
     return outlook(contract.promotion, noise, n, b.certify_power, certify_scale(measure), level)
 
 
-def certify_seeds(measure: MeasureContext) -> str:
-    """The certification's seeds in words, e.g. "6 held-out"."""
-    return f"{len(measure.seeds_for(measure.certify_on))} {SEED_SET_NAMES[measure.certify_on]}"
+def outlook_event(contract: Contract, seen: Outlook, measure: MeasureContext) -> CertificationOutlook:
+    """The outlook as the run and `sil check` say it: on which seeds, and for which claim."""
+    seeds = f"{len(measure.seeds_for(measure.certify_on))} {SEED_SET_NAMES[measure.certify_on]}"
+    fresh = contract.certification.claim == "fresh"
+    return CertificationOutlook(words=seen.words(), seeds=seeds, short=seen.short, fresh_claim=fresh)
 
 
 def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:

@@ -23,9 +23,8 @@ from sil.exec.checkitem import CheckItem
 from sil.exec.measure import MeasureContext, MeasurementChanged
 from sil.integrity.ledger import LedgerError, read_records_of
 from sil.integrity.records import NoiseRecord, parse_payload
-from sil.run.horizon import certify_seeds, outlook_at
+from sil.run.horizon import outlook_at, outlook_event
 from sil.stats.fitness import NoiseEstimate
-from sil.store.events import CertificationOutlook
 from sil_policy.files import read_regular
 
 CALIBRATION_TYPE = "noise"
@@ -93,7 +92,7 @@ def outlook_check(loaded: LoadedContract, root: Path) -> CheckItem | None:
             status="ok",
             detail=f"run {noise.run_id}'s calibration lacks a certified dimension; the run's own calibration will say",
         )
-    line = CertificationOutlook(words=seen.words(), seeds=certify_seeds(measure), short=seen.short).text()
+    line = outlook_event(c, seen, measure).text()
     return CheckItem(
         name="outlook",
         status="warn" if seen.short else "ok",

@@ -52,9 +52,12 @@ class CertificationOutlook:
     words: str  # what Outlook.words() says (sil/stats/horizon.py)
     seeds: str  # the seeds it runs on, e.g. "6 held-out"
     short: bool  # below the contract's certify_power
+    fresh_claim: bool = False  # claims seeds never used: the seeds' spread, unknown yet, lowers the power
 
     def text(self) -> str:
         line = f"certification outlook ({self.seeds} seeds): {self.words}"
+        if self.fresh_claim:
+            line += " (round noise only: the claim about seeds never used adds the seeds' spread, so less)"
         if not self.short:
             return line
         return (

@@ -129,6 +129,12 @@ def test_the_outlook_warns_when_even_a_clean_champion_would_likely_be_rolled_bac
     line = CertificationOutlook(words=narrow.words(), seeds="6 held-out", short=narrow.short).text()
     assert "WARNING" in line and "budget.certify_rounds" in line and f"about {narrow.needed} rounds" in line
     assert "WARNING" not in CertificationOutlook(words=seen.words(), seeds="6 held-out", short=False).text()
+    from sil.run.horizon import outlook_event
+
+    assert "seeds' spread" not in outlook_event(rc.contract, seen, rc.measure).text()
+    fresh = rc.contract.certification.model_copy(update={"claim": "fresh"})
+    said = outlook_event(rc.contract.model_copy(update={"certification": fresh}), seen, rc.measure).text()
+    assert "round noise only" in said and "seeds' spread" in said  # a fresh-seed claim's power is lower
     uncertified = rc.contract.model_copy(update={"budget": rc.contract.budget.model_copy(update={"certify_rounds": 0})})
     assert certify_outlook(uncertified, rc.state, rc.measure) is None
 
