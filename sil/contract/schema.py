@@ -56,6 +56,7 @@ OFFLINE_PREFIXES = (
 # hash them into the contract, since the template defines what the mutator is asked.
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 CATALOGUE_MODEL = "offline/catalogue"
+MAX_CERTIFY_ROUNDS = 100  # a longer certification is better bought with more held-out seeds
 MAX_FRONT_MATTER = 65_536  # characters; a contract is a page of settings, not a data file
 # Controls, format characters (zero-width, bidi overrides), surrogates, private use, unassigned:
 # they let the text an approver reviews differ from what the loop reads.
@@ -232,7 +233,7 @@ class Budget(_Strict):
     # Reserved for certifying the gate arm's final champion against the starting policy
     # (a sequential test at promotion.alpha_certify); 0 = no certification, only a check. The
     # audits an arm leaves when its proposer runs dry add rounds to the horizon (sil/run/certify.py).
-    certify_rounds: Annotated[int, Field(ge=0, le=100)] = 0
+    certify_rounds: Annotated[int, Field(ge=0, le=MAX_CERTIFY_ROUNDS)] = 0
     # fixed: the certification has certify_rounds rounds. search: a certified arm's search and its
     # certification share arm_audits + 2 x certify_rounds; the search keeps back only the rounds
     # its champion needs for certify_power, sized from the search's own estimates (sil/run/horizon.py).

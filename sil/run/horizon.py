@@ -20,7 +20,7 @@ the certification's first round (docs/statistics.md §3, "Sizing the certificati
 from __future__ import annotations
 
 from sil.contract.prepare import SEED_SET_NAMES
-from sil.contract.schema import Contract
+from sil.contract.schema import MAX_CERTIFY_ROUNDS, Contract
 from sil.exec.measure import MeasureContext
 from sil.stats.fitness import NoiseEstimate
 from sil.stats.holdout import rule_for
@@ -86,7 +86,14 @@ def outlook_event(contract: Contract, seen: Outlook, measure: MeasureContext) ->
     """The outlook as the run and `sil check` say it: on which seeds, and for which claim."""
     seeds = f"{len(measure.seeds_for(measure.certify_on))} {SEED_SET_NAMES[measure.certify_on]}"
     fresh = contract.certification.claim == "fresh"
-    return CertificationOutlook(words=seen.words(), seeds=seeds, short=seen.short, fresh_claim=fresh)
+    capped = seen.needed is None or seen.needed > MAX_CERTIFY_ROUNDS
+    return CertificationOutlook(
+        words=seen.words(),
+        seeds=seeds,
+        short=seen.short,
+        fresh_claim=fresh,
+        rounds_cap=MAX_CERTIFY_ROUNDS if capped else None,
+    )
 
 
 def search_limit(contract: Contract, state: RunState, measure: MeasureContext, arm: str) -> int | None:

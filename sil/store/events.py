@@ -53,6 +53,7 @@ class CertificationOutlook:
     seeds: str  # the seeds it runs on, e.g. "6 held-out"
     short: bool  # below the contract's certify_power
     fresh_claim: bool = False  # claims seeds never used: the seeds' spread, unknown yet, lowers the power
+    rounds_cap: int | None = None  # set when even the longest certification a contract allows falls short
 
     def text(self) -> str:
         line = f"certification outlook ({self.seeds} seeds): {self.words}"
@@ -60,6 +61,12 @@ class CertificationOutlook:
             line += " (round noise only: the claim about seeds never used adds the seeds' spread, so less)"
         if not self.short:
             return line
+        if self.rounds_cap is not None:
+            return (
+                f"{line}. WARNING: a find will likely be rolled back, and no certification a contract allows "
+                f"(at most {self.rounds_cap} rounds) would do; add held-out seeds, or loosen "
+                "promotion.harm_tolerance (a new contract)"
+            )
         return (
             f"{line}. WARNING: a find will likely be rolled back; raise budget.certify_rounds, add held-out "
             "seeds, or loosen promotion.harm_tolerance (a new contract)"

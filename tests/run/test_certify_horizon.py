@@ -135,6 +135,15 @@ def test_the_outlook_warns_when_even_a_clean_champion_would_likely_be_rolled_bac
     fresh = rc.contract.certification.model_copy(update={"claim": "fresh"})
     said = outlook_event(rc.contract.model_copy(update={"certification": fresh}), seen, rc.measure).text()
     assert "round noise only" in said and "seeds' spread" in said  # a fresh-seed claim's power is lower
+    from sil.stats.horizon import Outlook
+
+    def fix(needed: int | None) -> str:
+        short = Outlook(power=0.5, looks=70, goal=0.8, needed=needed)
+        return outlook_event(rc.contract, short, rc.measure).text()
+
+    assert "raise budget.certify_rounds" in fix(90) and "at most" not in fix(90)
+    for hopeless in (101, None):  # past the longest certification a contract may ask for
+        assert "raise budget.certify_rounds" not in fix(hopeless) and "at most 100 rounds" in fix(hopeless)
     uncertified = rc.contract.model_copy(update={"budget": rc.contract.budget.model_copy(update={"certify_rounds": 0})})
     assert certify_outlook(uncertified, rc.state, rc.measure) is None
 
