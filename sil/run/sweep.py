@@ -100,8 +100,8 @@ def replicated_settings(contract: Contract, k: int) -> dict[str, Any]:
     model = settings_model(contract.backend)
     if model is None:
         return {}
-    before = contract.settings(model).model_dump(mode="json")
-    after = contract.settings(model).replicate(k).model_dump(mode="json")
+    settings = contract.settings(model)
+    before, after = settings.model_dump(mode="json"), settings.replicate(k).model_dump(mode="json")
     return {name: value for name, value in after.items() if before.get(name) != value}
 
 
