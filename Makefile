@@ -20,6 +20,10 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -
 # what the installed llama-cpp-python was built with: another build (native, cached) is replaced
 LLAMA_BUILD_MARK := $(VENV)/.llama-cmake-args
 
+# Runs and tests start many Python processes (sil, audit workers): with a bytecode cache each
+# imports the project compiled once, not from source (some images set PYTHONDONTWRITEBYTECODE).
+export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: run test bench venv local
 
 venv: $(TEST_STAMP)

@@ -363,6 +363,7 @@ def test_audits_lost_with_the_machine_are_rerun_once(tmp_path: Path, reference: 
     assert counts["died"] >= 3
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_user_repo_untouched_and_refs_hold_the_policy_bytes(clean, reference: dict) -> None:
     """A run without faults: only refs/sil/* is written; the refs resolve to the policy bytes."""
     root, before = clean

@@ -191,7 +191,10 @@ TRUST = {  # the attack, and the reason given without and with SIL_ALLOWED_SIGNE
 }
 
 
-@pytest.mark.parametrize("name", TRUST)
+SLOW_TRUST = {"signed run, checkpoint refs deleted", "signed run, signed by a key outside the allowed signers"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_TRUST else []) for n in TRUST])
 def test_runs_and_status_never_say_ok_where_ledger_verify_refuses(copy_of, name: str, tmp_path) -> None:  # noqa: F811
     from sil.base.sshsig import allowed_signers_line, generate_key
 

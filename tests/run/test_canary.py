@@ -41,6 +41,7 @@ def test_a_drifting_simulated_judge_halts_the_run(workspace: Path) -> None:
     assert canary[-1]["halted"] and max(abs(v) for v in canary[-1]["shift"].values()) > 1.0
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_a_steady_judge_passes_every_canary_check(workspace: Path) -> None:
     rc = run_loop(shrink(workspace), "steady")
     assert rc.state.phase == "done", rc.state.halt_reason

@@ -175,6 +175,7 @@ def test_builtin_names_cannot_be_taken() -> None:
         backends.register_backend("sim")(object)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_a_run_uses_the_plugins_backend_and_proposer(tmp_path: Path, workspace: Path) -> None:
     plugin = make_plugin(tmp_path / "plugin")
     contract = shrink(workspace) / "program.md"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sil.review.summary import CERTIFIED_RANDOM_ARM_LINE, RANDOM_ARM_LINE, build_summary, render
@@ -19,6 +20,7 @@ def summary_text(rc) -> str:  # type: ignore[no-untyped-def]
     return console.export_text()
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_a_certified_random_arm_has_its_own_certification_and_reads_so(workspace: Path) -> None:
     root = shrink(workspace)
     edit_contract(root / "program.md", "certify_random: false", "certify_random: true")

@@ -96,6 +96,7 @@ def test_a_screen_audits_the_candidate_alone_against_the_champions_audits(worksp
             assert len(by_round[r]) == 2
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_without_a_reference_every_screen_is_a_pair(workspace: Path) -> None:
     rc = run_loop(with_reference(workspace, 0))
     assert rc.state.phase == "done", rc.state.halt_reason
@@ -105,6 +106,7 @@ def test_without_a_reference_every_screen_is_a_pair(workspace: Path) -> None:
     assert rc.state.references == {}
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_the_reference_is_the_last_n_unselected_audits(workspace: Path) -> None:
     from sil.base.errors import Halt
     from sil.run.screening import mean_scores, note_paired, reference_for

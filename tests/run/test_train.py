@@ -116,6 +116,7 @@ def test_never_arm_never_promotes_or_mutates(finished: RunContext) -> None:
     assert len(aa) == 3
 
 
+@pytest.mark.slow  # a whole run: .ci/run runs it after make test, keeping the default suite under 6 min
 def test_same_seeds_reproduce_the_same_verdicts(finished: RunContext, small: Path) -> None:
     first = [(r.payload["mutation_id"], r.payload["verdict"]) for r in records(finished) if r.type == "verdict"]
     second = [(r.payload["mutation_id"], r.payload["verdict"]) for r in records(run_loop(small)) if r.type == "verdict"]
