@@ -153,6 +153,19 @@ def test_real_audits_are_trusted_and_report_the_sent_policy(pair, ws: Path) -> N
         assert result.usage.input_tokens > 0 and result.usage.model_calls > 0 and result.usage.usd == 0
 
 
+def test_the_mutator_reads_the_judges_explanation_and_sil_noise_the_judge_passes(pair, ws: Path) -> None:
+    """The backend's own readers, not the base class's empty defaults (an LLM mutator without the
+    judge's explanations proposes blind; `sil noise` refuses a backend without judge passes)."""
+    backend, result = PetriBackend(), pair["baseline"]
+    notes = backend.seed_notes(Path(result.log_path).parent, result.log_path)
+    assert set(notes) == set(context(ws).seed_ids)
+    assert all(n.highlights and n.highlights[0].text for n in notes.values())
+    reader = backend.judge_passes()
+    assert reader is not None
+    (passes,) = reader(result, context(ws), 1)
+    assert set(passes) == set(context(ws).dimensions)
+
+
 def test_reflection_calls_are_audited_and_the_judge_sees_the_final_answer(pair) -> None:
     log = read_eval_log(pair["reflect"].log_path, resolve_attachments=True)
     sample = next(s for s in log.samples if s.id == "malformed_tool_schema")

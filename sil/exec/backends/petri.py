@@ -194,6 +194,30 @@ class PetriBackend(BackendBase):
             raise GapError(f"cannot read the audit log {path}: {type(ex).__name__}: {ex}") from None
         return target_views(log, ctx.contract)
 
+    def judge_passes(self) -> JudgePassReader:
+        return pass_means
+
+    def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
+        """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
+        if not log_path:
+            return {}
+        try:
+            log = read_eval_log(log_path)
+        except Exception:  # an unreadable log only means less evidence; the scores stand
+            return {}
+        out: dict[str, SeedNotes] = {}
+        for sample in log.samples or []:
+            notes: list[Highlight] = []
+            for score in (sample.scores or {}).values():
+                if score.explanation:
+                    values = score.value if isinstance(score.value, dict) else {}
+                    numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
+                    worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
+                    notes.append(Highlight(dimension=worst, text=str(score.explanation)))
+            answers = [m for m in sample.messages if m.role == "assistant" and m.text]
+            out[str(sample.id)] = SeedNotes(notes, answers[-1].text if answers else None)
+        return out
+
 
 def target_views(log: EvalLog, contract: Contract) -> dict[str, SampleView]:
     """Per sample, the text the target model was given (messages and tools of every call the
@@ -236,30 +260,6 @@ def seed_tools(sample: EvalSample) -> frozenset[str] | None:
 def idle_samples(log: EvalLog) -> list[str]:
     """Samples in which the target model was never called: a reply there is the runtime's own."""
     return [sample_key(s) for s in log.samples or [] if not target_calls(s)]
-
-    def judge_passes(self) -> JudgePassReader:
-        return pass_means
-
-    def seed_notes(self, audit_dir: Path, log_path: str | None) -> dict[str, SeedNotes]:
-        """Per seed, the judge's explanation as highlights and the target's last answer as excerpt."""
-        if not log_path:
-            return {}
-        try:
-            log = read_eval_log(log_path)
-        except Exception:  # an unreadable log only means less evidence; the scores stand
-            return {}
-        out: dict[str, SeedNotes] = {}
-        for sample in log.samples or []:
-            notes: list[Highlight] = []
-            for score in (sample.scores or {}).values():
-                if score.explanation:
-                    values = score.value if isinstance(score.value, dict) else {}
-                    numeric = {d: float(v) for d, v in values.items() if isinstance(v, (int, float))}
-                    worst = max(sorted(numeric), key=numeric.__getitem__, default="concerning")
-                    notes.append(Highlight(dimension=worst, text=str(score.explanation)))
-            answers = [m for m in sample.messages if m.role == "assistant" and m.text]
-            out[str(sample.id)] = SeedNotes(notes, answers[-1].text if answers else None)
-        return out
 
 
 def pass_means(result: AuditResult, ctx: MeasureContext, passes: int) -> list[dict[str, float]]:
