@@ -631,7 +631,7 @@ def noise(
 
     from sil.base.fsutil import atomic_write_bytes
     from sil.exec.startchecks import run_refusals
-    from sil.run.noise import measure_noise, render
+    from sil.run.noise import keep_measured, measure_noise, render
 
     loaded = _load(contract)
     c = loaded.contract
@@ -658,7 +658,7 @@ def noise(
     text = render(report, command, root)
     atomic_write_bytes(target, text.encode())
     typer.echo(text)
-    err.print(f"written: {target}")
+    err.print(f"written: {target} and {keep_measured(report, root, work)} (`sil check` reads it)")
 
 
 # ---- review: runs, status, report, compare, export (logic in sil/review/status.py, report*.py, ...)

@@ -13,6 +13,10 @@ clipped at 0), and Var(D) is predicted for k = 1, 2, 4 with and without CRN.
 
     report = measure_noise(loaded, root, pairs=4, passes=2)
     write_report(report, out, command)
+
+Beside its audits (state/noise/<contract_id>-<stamp>/noise.json) it keeps the parts as a
+`MeasuredNoise`, from which `sil check` predicts a run's round noise before any run
+(sil/run/outlookcheck.py).
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
+from sil.base.fsutil import atomic_write_bytes
+from sil.contract.approval import frozen_measurement_hash
 from sil.contract.schema import RUBRIC_PREFIX, Contract, LoadedContract
 from sil.exec.measure import AuditRequest, AuditResult, JudgePassReader, MeasureContext, run_audits
 from sil.policies.store import read_policy_dir
+from sil.stats.fitness import NoiseEstimate
 
 KS = (1, 2, 4)
 POLICIES = Path("state/policies")
@@ -64,6 +72,55 @@ class NoiseReport:
     dims: dict[str, DimNoise] = field(default_factory=dict)
     wall_s: float = 0.0
     mean_tokens: float = 0.0
+
+
+NOISE_FILE = "noise.json"
+
+
+class MeasuredNoise(BaseModel):
+    """What `sil noise` measured, kept beside its audits for `sil check` to read before a run."""
+
+    model_config = ConfigDict(frozen=True)
+    contract_id: str
+    measurement_hash: str
+    backend: str
+    measured_at: str  # ISO 8601, UTC
+    used_free: int
+    used_crn: int
+    dims: dict[str, DimNoise]
+
+    @classmethod
+    def of(cls, report: NoiseReport, measurement_hash: str, measured_at: datetime) -> MeasuredNoise:
+        c = report.contract
+        return cls(
+            contract_id=c.contract_id,
+            measurement_hash=measurement_hash,
+            backend=c.backend,
+            measured_at=measured_at.isoformat(timespec="seconds"),
+            used_free=report.used_free,
+            used_crn=report.used_crn,
+            dims=report.dims,
+        )
+
+    def estimate(self, judge_resamples: int, crn: bool) -> NoiseEstimate | None:
+        """The SD of a run's paired round statistic under these settings, as the parts predict it
+        (None: fewer than two usable pairs). Its df are the pairs of the design the run uses."""
+        pairs = self.used_crn if crn else self.used_free
+        if pairs < 2 or not self.dims:
+            return None
+        return NoiseEstimate(
+            sigma={d: float(np.sqrt(n.predicted(judge_resamples, crn))) for d, n in self.dims.items()},
+            df={d: pairs - 1 for d in self.dims},
+            n_pairs=pairs,
+        )
+
+
+def keep_measured(report: NoiseReport, root: Path, work: Path) -> Path:
+    """Write the report's parts to `work`/noise.json, keyed by the frozen measurement they measured."""
+    measured = MeasuredNoise.of(report, frozen_measurement_hash(report.contract, root), datetime.now(UTC))
+    path = work / NOISE_FILE
+    atomic_write_bytes(path, measured.model_dump_json(indent=1).encode())
+    return path
 
 
 def with_measurement(contract: Contract, **changes: object) -> Contract:
