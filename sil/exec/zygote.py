@@ -12,7 +12,8 @@ begin (a child whose start was not logged never runs the audit), and the child l
 without being its parent. The loop times out and kills the group exactly as for a subprocess
 (sil/exec/auditproc.py).
 
-The worker serves only `[sys.executable, "-m", MODULE, ...]` for the modules it preloaded, on
+The worker serves only `[sys.executable, "-m", MODULE, ...]` for the modules it preloaded (and
+warmed: a module's `warm()`, if it has one, runs once before the first fork), on
 Linux; anything else, or a worker that cannot start, runs as the plain subprocess. One worker
 per loop process (a run), started on first use, ended when the loop exits; a worker whose loop
 died exits too, and the audits it forked run on. `SIL_WARM_AUDITS=0` turns it off.
@@ -52,6 +53,7 @@ DISABLE_ENV = "SIL_WARM_AUDITS"
 READY_TIMEOUT_S = 120.0  # imports on a loaded machine
 PID_TIMEOUT_S = 30.0  # a fork and one log line
 POLL_S = 0.05
+WARM_HOOK = "warm"  # a preloaded module's function that loads what its audits load on first use
 
 
 class ZygoteUnavailable(RuntimeError):
@@ -287,12 +289,7 @@ def serve(modules: list[str]) -> int:
     os.close(null)
     out = os.fdopen(replies, "wb", buffering=0)
     try:
-        for name in modules:
-            main = name
-            if hasattr(importlib.import_module(name), "__path__"):  # `-m package` runs package.__main__
-                main = f"{name}.__main__"
-                importlib.import_module(main)
-            del sys.modules[main]  # imported for what it imports; runpy runs it afresh as __main__
+        preload(modules)
     except BaseException as ex:  # an import error of any kind: the loop falls back to subprocesses
         _reply(out, {"error": f"{type(ex).__name__}: {ex}"})
         return 1
@@ -318,6 +315,22 @@ def serve(modules: list[str]) -> int:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 _handle(json.loads(line), set(modules), children, inherited, out)
+
+
+def preload(modules: list[str]) -> None:
+    """Import what `python -m MODULE` runs, for each module, and call its `warm()` if it has one.
+
+    `warm()` loads what every audit loads on first use (lazy imports, caches), once, here: a
+    forked audit then finds it loaded instead of paying for it again.
+    """
+    for name in modules:
+        main = name
+        if hasattr(importlib.import_module(name), "__path__"):  # `-m package` runs package.__main__
+            main = f"{name}.__main__"
+        warm = getattr(importlib.import_module(main), WARM_HOOK, None)
+        if callable(warm):
+            warm()
+        del sys.modules[main]  # imported for what it imports; runpy runs it afresh as __main__
 
 
 def _handle(

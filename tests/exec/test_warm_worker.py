@@ -25,6 +25,7 @@ from sil.exec.auditproc import AuditTimedOut
 from sil.exec.backends.sim import SimBackend
 from sil.exec.measure import AuditRequest, LocalRunner, MeasureContext, run_audit
 from sil.policies.store import PolicyStore
+from sil_policy import SURFACES
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs fork() and /proc")
@@ -80,6 +81,7 @@ def test_a_forked_audit_has_exactly_its_environment_session_and_files(probe_work
     assert seen["env"] == env  # nothing of the worker's (PYTHONPATH) or the loop's environment
     assert seen["argv"] == ["report", "x y"] and seen["cwd"] == str(tmp_path / "a") and seen["stdin"] == ""
     assert seen["pid"] == seen["pgid"] == seen["sid"] == proc.pid != probe_worker.proc.pid
+    assert seen["warmed_in"] == probe_worker.proc.pid  # the module's warm() ran once, before the fork
     assert (tmp_path / "a" / "stderr.log").read_text() == "to stderr\n"
     assert events(tmp_path / "a") == [("launch", 1, None), ("start", 1, None), ("exit", 1, 0)]
     start = attempts.read_events(tmp_path / "a")[1]
@@ -154,6 +156,37 @@ def test_results_are_byte_identical_to_the_subprocess_path(workspace, ctx) -> No
     assert seen["a1"]["result"]["status"] == "ok" and seen["a1"]["files"]["evidence.json"]
     assert "simulated runtime crash" in seen["c1"]["result"]["gap_reason"]
     assert seen["c1"]["events"][-1] == ("exit", 1, 3)
+
+
+# The worker's preload, then one audit in the same process, as a forked audit runs it.
+FIRST_USE_CHECK = """
+import json, sys
+from sil.exec import zygote
+module, out = sys.argv[1], sys.argv[2]
+zygote.preload([module])
+before = set(sys.modules)
+sys.argv = [sys.executable, *sys.argv[3:]]
+rc = zygote.run_module(module)
+with open(out, "w") as f:
+    json.dump({"rc": rc, "imported": sorted(set(sys.modules) - before)}, f)
+"""
+
+
+def test_a_forked_sim_audit_finds_all_it_imports_loaded_by_the_worker(workspace, ctx, tmp_path) -> None:
+    """Whatever a sim audit imports that its worker has not is paid again by every audit (~0.3 s
+    each for detect-secrets' rules, before the sim's warm())."""
+    req = request(workspace, "a1")
+    assert run_audit(req, ctx, SimBackend(), LocalRunner()).status == "ok"  # leaves its policy copies
+    copies = {name: req.audit_dir / "policy" / spec.filename for name, spec in SURFACES.items()}
+    cmd = SimBackend().command(req, ctx)
+    out = tmp_path / "seen.json"
+    env = measure.audit_env(req, ctx, copies)
+    args = [sys.executable, "-c", FIRST_USE_CHECK, cmd[2], str(out), *cmd[3:]]
+    proc = subprocess.run(args, env=env, cwd=req.audit_dir, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(out.read_text())
+    assert seen["rc"] == 0, (req.audit_dir / "stderr.log").read_text()
+    assert seen["imported"] == []
 
 
 def test_a_running_forked_audit_is_awaited_on_resume_not_run_twice(workspace, ctx) -> None:
