@@ -654,11 +654,17 @@ def noise(
         report = measure_noise(loaded, root, pairs=pairs, passes=passes, out_dir=work)
     except Halt as ex:  # e.g. its local model server crashed
         _fail(f"stopped: {ex}; no report was written", ExitCode.HALTED)
+    except OSError as ex:  # a full disk, most likely: the audits' folder could not be written
+        _fail(f"stopped: {ex}; no report was written (free space, then run sil noise again)", ExitCode.HALTED)
     command = "sil " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = render(report, command, root)
-    atomic_write_bytes(target, text.encode())
-    typer.echo(text)
-    err.print(f"written: {target} and {keep_measured(report, root, work)} (`sil check` reads it)")
+    typer.echo(text)  # first: a disk that refuses the files below loses no measured figure
+    try:
+        atomic_write_bytes(target, text.encode())
+        kept = keep_measured(report, root, work)
+    except OSError as ex:
+        _fail(f"the report above was not saved: {ex}; free space or choose another --out", ExitCode.HALTED)
+    err.print(f"written: {target} and {kept} (`sil check` reads it)")
 
 
 # ---- review: runs, status, report, compare, export (logic in sil/review/status.py, report*.py, ...)

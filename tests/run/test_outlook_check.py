@@ -4,6 +4,7 @@ or else from the newest `sil noise` on it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -12,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from sil.base import fsutil
+from sil.base.errors import ExitCode
 from sil.contract.approval import frozen_measurement_hash
 from sil.contract.schema import load_contract
 from sil.exec.measure import MeasureContext
+from sil.run import noise
 from sil.run.noise import DimNoise, MeasuredNoise, NoiseReport, keep_measured
 from sil.run.outlookcheck import NOISE_DIR, prior_noise
 from tests.cli.test_cli import invoke, make_workspace
@@ -176,3 +180,33 @@ def test_sil_noise_on_real_audits_is_read_by_the_next_check(workspace, monkeypat
     # the offline models are deterministic: no A/A pair varies, so the check says the noise from
     # that `sil noise` cannot size the certification, rather than claiming any power
     assert f"noise from `sil noise` of {noise.measured_at}" in checked and "never varied" in checked, checked
+
+
+@pytest.mark.parametrize("full_at", ["audits", "report"])
+def test_sil_noise_on_a_full_disk_stops_with_the_reason_and_shows_what_it_measured(
+    workspace, monkeypatch, full_at
+) -> None:
+    monkeypatch.chdir(workspace)
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "program-petri-offline.md", workspace / "petri.md")
+    contract = load_contract(workspace / "petri.md").contract
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def measured(*args, **kwargs) -> NoiseReport:
+        if full_at == "audits":
+            raise full
+        return noise_of(contract, workspace, sd=0.5)
+
+    def refused(*args, **kwargs) -> None:
+        raise full
+
+    monkeypatch.setattr(noise, "measure_noise", measured)
+    monkeypatch.setattr(fsutil, "_write_new_file", refused)
+    result = invoke("noise", "--contract", "petri.md", "--out", "noise.md")
+    assert result.exit_code == ExitCode.HALTED, result.output
+    output = said(result)
+    assert "No space left on device" in output and "Traceback" not in output, output
+    assert not (workspace / "noise.md").exists() and not list(workspace.rglob("*.tmp"))
+    if full_at == "report":  # the figures the audits paid for are on the screen
+        assert "A/A noise of" in output and "the report above was not saved" in output, output
+    else:
+        assert "no report was written" in output, output
