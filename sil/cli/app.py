@@ -629,6 +629,7 @@ def noise(
     import sys
     from datetime import UTC, datetime
 
+    from sil.base.diskspace import is_disk_error
     from sil.base.fsutil import atomic_write_bytes
     from sil.exec.startchecks import run_refusals
     from sil.run.noise import keep_measured, measure_noise, render
@@ -654,8 +655,9 @@ def noise(
         report = measure_noise(loaded, root, pairs=pairs, passes=passes, out_dir=work)
     except Halt as ex:  # e.g. its local model server crashed
         _fail(f"stopped: {ex}; no report was written", ExitCode.HALTED)
-    except OSError as ex:  # a full disk, most likely: the audits' folder could not be written
-        _fail(f"stopped: {ex}; no report was written (free space, then run sil noise again)", ExitCode.HALTED)
+    except OSError as ex:  # the audits' folder could not be written: a full disk, most likely
+        fix = "free space" if is_disk_error(ex) else f"make {work} writable"
+        _fail(f"stopped: {ex}; no report was written ({fix}, then run sil noise again)", ExitCode.HALTED)
     command = "sil " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = render(report, command, root)
     typer.echo(text)  # first: a disk that refuses the files below loses no measured figure
