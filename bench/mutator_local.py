@@ -48,6 +48,10 @@ EDITS = {
     "calibration_pairs: 12": "calibration_pairs: 3",
     "replicate_k: 48": "replicate_k: 3",
     "arms: [never, random, gate]": "local: true\narms: [never, gate]",
+    # bench.proposers' world 0, the world its figures were first measured on (program.md's is world 2)
+    "\nseed: 20261131\n": "\nseed: 20261129\n",
+    "  world_seed: 20261131\n": "  world_seed: 20261129\n",
+    "  landscape_seed: 9\n": "  landscape_seed: 7\n",
     "  max_retries: 2          # invalid outputs sent back with the error, then a proposer gap": (
         "  max_retries: 2\n  max_prompt_chars: 4000\n  max_output_tokens: 400\n  recent_audits: 1"
     ),

@@ -413,14 +413,27 @@ def with_overrides(loaded: LoadedContract, overrides: dict[str, object], regrid:
     return revalidated(loaded, {"promotion": promo.model_dump(), "budget": budget})
 
 
+# World 0's seeds (world_seed, landscape_seed, the run's seed). The bench numbers its worlds from
+# this fixed world, not from the contract's seeds, so a contract may simulate any one of them
+# (program.md: world 2) without moving a figure measured on the others.
+WORLD0 = (20261129, 7, 20261129)
+
+
 def world_contract(loaded: LoadedContract, run: int) -> LoadedContract:
-    """World `run`: the contract's sim world with `world_seed` and `landscape_seed` moved by `run`,
-    and its run seed too (the coins and proposals of one world are not another's). World 0 is the
-    contract's own."""
-    c = loaded.contract
-    sim = c.settings(SimParams)
-    moved = sim.model_copy(update={"world_seed": sim.world_seed + run, "landscape_seed": sim.landscape_seed + run})
-    return revalidated(loaded, {"backend_settings": moved.model_dump(mode="json"), "seed": c.seed + run})
+    """World `run`: the contract's sim world with `world_seed`, `landscape_seed` and its run seed
+    set to world 0's moved by `run` (the coins and proposals of one world are not another's)."""
+    world_seed, landscape_seed, seed = (s + run for s in WORLD0)
+    sim = loaded.contract.settings(SimParams)
+    moved = sim.model_copy(update={"world_seed": world_seed, "landscape_seed": landscape_seed})
+    return revalidated(loaded, {"backend_settings": moved.model_dump(mode="json"), "seed": seed})
+
+
+def own_world(loaded: LoadedContract) -> int | None:
+    """Which of the bench's worlds the contract itself simulates (what `sil run` on it audits), or
+    None when its seeds are not one of them."""
+    sim, c = loaded.contract.settings(SimParams), loaded.contract
+    moves = {sim.world_seed - WORLD0[0], sim.landscape_seed - WORLD0[1], c.seed - WORLD0[2]}
+    return moves.pop() if len(moves) == 1 and min(moves) >= 0 else None
 
 
 def grid_contract(loaded: LoadedContract, budget: int, rule: str) -> LoadedContract:
@@ -552,6 +565,7 @@ def main_arms(args: argparse.Namespace, overrides: dict[str, object], argv: Sequ
         + "\n".join(lines)
         + (f"\n\ngate - random (paired by world): {gate_minus_random[0]:+.3f} ± {gate_minus_random[1]:.3f} (SE)\n")
         + (f"gate - {names[2]} (paired by world): {gate_minus_other[0]:+.3f} ± {gate_minus_other[1]:.3f} (SE)\n")
+        + own_world_line(args, per_run)
         + moved_section(args, {("", r["proposer"]): r for r in rows})
     )
     args.out.mkdir(parents=True, exist_ok=True)
@@ -594,6 +608,22 @@ def aggregate(name: str, results: list[RunResult]) -> dict[str, Any]:
         "certified_share": None if not certs else round(float(np.mean(certs)), 3),
         "clean_power": None if not clean else round(float(np.mean(clean)), 3),
     }
+
+
+def own_world_line(args: argparse.Namespace, per_run: list[dict[str, RunResult]]) -> str:
+    """Where the contract's own world (what `sil run` on it simulates) sits among the worlds run:
+    gate - random on the held-out seeds, what a run's conclusion line compares."""
+    first, own = args.first_world, own_world(load_contract(args.contract))
+    if own is None or not first <= own < first + len(per_run):
+        return ""
+    pairs = [(r["gate"].target_heldout, r["random"].target_heldout) for r in per_run]
+    held = [g - c for g, c in pairs if g is not None and c is not None]
+    if len(held) < len(pairs):
+        return ""
+    return (
+        f"{args.contract.name}'s own world (what `sil run` on it simulates): world {own}, gate - random on the "
+        f"held-out seeds {held[own - first]:+.3f} (the {len(held)} worlds' mean {np.mean(held):+.3f})\n"
+    )
 
 
 def paired_difference(per_run: list[dict[str, RunResult]], a: str, b: str) -> tuple[float, float]:

@@ -68,8 +68,12 @@ class HonestRuntime(SimBackend):
         return rendered(sent_files(req))
 
 
-def small_run(workspace: Path, backend: SimBackend, monkeypatch: pytest.MonkeyPatch, search: str) -> Any:
+def small_run(
+    workspace: Path, backend: SimBackend, monkeypatch: pytest.MonkeyPatch, search: str, random_audits: int = 6
+) -> Any:
     shrink(workspace)
+    edit_contract(workspace / "program.md", "random: 6,", f"random: {random_audits},")
+    edit_contract(workspace / "program.md", "max_audits: 44", f"max_audits: {38 + random_audits}")
     edit_contract(
         workspace / "program.md",
         "  surfaces: [wrapper_prompt, tool_policy, decomposition, reflection, skill_catalog, agent_contracts, tool_descriptions]",
@@ -518,7 +522,8 @@ def test_a_runtime_honest_on_the_prompt_but_lying_on_tool_policy_is_halted_witho
     # the catalogue proposer, steered to its edits of which tools the policy permits
     edit_contract(workspace / "program.md", "mutator: {model: scripted/mutator}", "mutator: {model: offline/catalogue}")
     monkeypatch.setattr(CatalogueProposer, "weight", lambda self, edit: 1.0 if edit.id in PERMITS else 1e-6)
-    rc, records = small_run(workspace, HonestButForToolPolicy(), monkeypatch, "wrapper_prompt, tool_policy")
+    # room for the coin to revert a candidate or two before the refuted ones halt the run
+    rc, records = small_run(workspace, HonestButForToolPolicy(), monkeypatch, "wrapper_prompt, tool_policy", 16)
     probes = [r for r in records if r.type == "probe"]
     assert probes and probes[-1].payload["passed"], "the liar passes the preflight (wrapper_prompt shows)"
     assert rc.state.phase == "halted"
@@ -530,6 +535,7 @@ def test_a_runtime_honest_on_the_prompt_but_lying_on_tool_policy_is_halted_witho
     assert all(rounds[a["round"]]["verdict"] == "gap" for a in refuted)
     mutations = [r.payload["mutation"] for r in records if r.type == "mutation"]
     surface_of = {m["mutation_id"]: m["surface"] for m in mutations}
-    assert "tool_policy" in surface_of.values()
+    lied_on = {rounds[a["round"]]["mutation_id"] for a in refuted}
+    assert {surface_of[m] for m in lied_on} == {"tool_policy"}
     verdicts = [r.payload for r in records if r.type == "verdict"]
-    assert not [v for v in verdicts if surface_of[v["mutation_id"]] == "tool_policy"], verdicts
+    assert not [v for v in verdicts if v["mutation_id"] in lied_on], verdicts

@@ -106,3 +106,24 @@ def test_a_certification_the_contracts_own_budget_cannot_pay_for_is_fine_for_the
     assert grid.contract.budget.arm_audits["gate"] == 300 - 2 * contract.contract.promotion.calibration_pairs - 180
     with pytest.raises(ValueError, match="max_audits"):
         proposers.with_overrides(contract, {"certify_rounds": 90})
+
+
+def test_the_worlds_are_numbered_from_one_fixed_world_and_program_md_is_one_of_them(tmp_path: Path) -> None:
+    from sil.contract.schema import load_contract
+    from sil.contract.simparams import SimParams
+
+    def seeds(loaded) -> tuple[int, int, int]:
+        sim = loaded.contract.settings(SimParams)
+        return sim.world_seed, sim.landscape_seed, loaded.contract.seed
+
+    default = load_contract(proposers.ROOT / "program.md")
+    other = load_contract(proposers.CONTRACT)
+    own = proposers.own_world(default)
+    assert own is not None and proposers.own_world(other) == 0
+    # whatever seeds a contract names, world r is the same world
+    assert seeds(proposers.world_contract(default, 5)) == seeds(proposers.world_contract(other, 5))
+    # and `sil run` on program.md simulates the bench's world `own`
+    assert seeds(proposers.world_contract(default, own)) == seeds(default)
+    moved = tmp_path / "program.md"
+    moved.write_text((proposers.ROOT / "program.md").read_text().replace("landscape_seed: 9", "landscape_seed: 99"))
+    assert proposers.own_world(load_contract(moved)) is None

@@ -43,9 +43,17 @@ def test_the_default_contract_has_the_hash_its_golden_run_recorded() -> None:
 
 
 def test_the_default_contract_differs_from_its_v1_copy_only_by_its_later_choices() -> None:
-    """program.md chose `certify_horizon: search` and `screen_reference: 8` after v1; without those
-    lines it is v1's contract."""
+    """program.md chose `certify_horizon: search`, `screen_reference: 8` and bench.proposers' world 2
+    (its three seeds) after v1; without those lines and with v1's world 0 it is v1's contract."""
     text = (REPO / "program.md").read_text()
+    v1_world = {"seed: 20261131": "seed: 20261129", "world_seed: 20261131": "world_seed: 20261129"}
+    v1_world["landscape_seed: 9"] = "landscape_seed: 7"
+    lines = text.splitlines(keepends=True)
+    moved = [i for i, x in enumerate(lines) if x.strip() in v1_world]
+    assert len(moved) == 3, "program.md no longer names world 2's three seeds"
+    for i in moved:
+        lines[i] = lines[i].replace(lines[i].strip(), v1_world[lines[i].strip()])
+    text = "".join(lines)
     later = [
         x for x in text.splitlines(keepends=True) if x.lstrip().startswith(("certify_horizon:", "screen_reference:"))
     ]

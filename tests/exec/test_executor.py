@@ -6,6 +6,7 @@ The Ray runs themselves are in tests/exec/test_ray_executor.py (marker `ray`).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,12 +21,12 @@ from tests.conftest import REPO
 
 TEXT = (REPO / "program.md").read_text()
 RAY_TEXT = (REPO / "examples" / "program-ray.md").read_text()
-SEED_LINE = "seed: 20261129\nsim:"
+SEED_LINE = re.compile(r"(?m)^seed: \d+\nsim:")
 
 
 def with_executor(block: str, text: str = TEXT) -> str:
-    assert SEED_LINE in text
-    return text.replace(SEED_LINE, f"executor:\n{block}\n{SEED_LINE}", 1)
+    assert SEED_LINE.search(text)
+    return SEED_LINE.sub(lambda m: f"executor:\n{block}\n{m.group(0)}", text, count=1)
 
 
 def test_default_contract_keeps_its_hash_and_runs_locally() -> None:
@@ -133,7 +134,8 @@ def test_seed_variants_are_contracts_of_their_own(workspace: Path) -> None:
     runs = plan_sweep([path], workspace, seeds=3)
     assert len({r.run_id for r in runs}) == 3
     seeds = [load_contract(r.workspace / "program.md").contract.seed for r in runs]
-    assert seeds == [20261129, 20261130, 20261131]
+    first = load_contract(path).contract.seed
+    assert seeds == [first, first + 1, first + 2]
     assert path.read_text() == TEXT  # the user's contract is untouched
     for run in runs:  # each run its own project: contract, measurement, policies
         assert run.workspace == workspace / "state" / "sweeps" / run.run_id

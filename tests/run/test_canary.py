@@ -33,7 +33,9 @@ def test_sim_judge_drift_shifts_the_canary_with_the_clock() -> None:
 
 def test_a_drifting_simulated_judge_halts_the_run(workspace: Path) -> None:
     root = shrink(workspace)
-    edit_contract(root / "program.md", "  landscape_seed: 7", "  landscape_seed: 7\n  judge_drift_per_tick: 0.1")
+    edit_contract(
+        root / "program.md", "  landscape: mechanisms", "  judge_drift_per_tick: 0.1\n  landscape: mechanisms"
+    )
     rc = run_loop(root, "drift")
     assert rc.state.phase == "halted" and "judge-drift canary" in rc.state.halt_reason
     canary = [r.payload for r in records(rc) if r.type == "canary"]

@@ -103,14 +103,16 @@ def make_plugin(where: Path) -> Path:
     return where
 
 
-def echo_contract(text: str, label: str = "first", world_seed: int = 20261129) -> str:
+def echo_contract(text: str, label: str = "first", world_seed: int | None = None) -> str:
     """A sim contract turned into one for the echo backend: the `sim:` section becomes the
-    plugin's `world` setting, beside its own `label`."""
+    plugin's `world` setting (with another `world_seed` when given), beside its own `label`."""
     lines = text.splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.startswith("sim:"))
     end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
     world = [
-        "      world_seed: " + str(world_seed) + "\n" if line.strip().startswith("world_seed:") else "    " + line
+        f"      world_seed: {world_seed}\n"
+        if world_seed is not None and line.strip().startswith("world_seed:")
+        else "    " + line
         for line in lines[start + 1 : end]
     ]
     head = ["backend:\n", "  kind: echo\n", "  settings:\n", f"    label: {label}\n", "    world:\n", *world]
