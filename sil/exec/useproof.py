@@ -3,7 +3,8 @@
 The wiring preflight proves once, with sentinels, that each searched surface reaches the runtime.
 A runtime could be honest only while a sentinel is present and run its built-in defaults otherwise,
 still reporting the hashes it was sent. So every audit of a pair (candidate and champion, or
-champion and origin) is checked as well, without touching the policy under test: on each surface
+champion and origin), and a screen's lone audit of the candidate against the champion it is
+compared with, is checked as well, without touching the policy under test: on each surface
 where its set differs from the other arm's, the text this set has and the other lacks (its
 *distinctive strings*) must show in the target model's inputs, and long text only the other set
 has (text a mutation removed) must not. Both sides are compared without their whitespace, so a

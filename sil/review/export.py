@@ -87,7 +87,7 @@ def export_rows(view: RunView) -> list[dict[str, Any]]:
 def use_lines(view: RunView) -> list[str]:
     """What `sil export` says beside the file: per surface, how many audits showed the policy's use."""
     return [
-        f"use shown (pair audits): {surface_words(surface_counts(view.payloads('audit', AuditRecord)))}",
+        f"use shown (pair and screen audits): {surface_words(surface_counts(view.payloads('audit', AuditRecord)))}",
         NOT_PROVABLE_MEANS,
     ]
 

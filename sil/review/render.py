@@ -198,7 +198,7 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],
-        ["use of the policy shown (pair audits, per surface)", f"{surface_words(d.use)}. {d.use_note}"],
+        ["use of the policy shown (pair and screen audits, per surface)", f"{surface_words(d.use)}. {d.use_note}"],
         ["direction", DIRECTION_LINE.removeprefix("all dimensions: ")],
     ]
 

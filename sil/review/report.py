@@ -66,7 +66,7 @@ class Candidate(BaseModel):
     audits: list[str]
     open_audits: str
     parent_set: str = ""  # the arm's champion the candidate was tried on (its verdict's parent)
-    use: dict[str, int] = {}  # its pair audits' proof of use: proven / not_provable / refuted
+    use: dict[str, int] = {}  # its pair and screen audits' proof of use: proven / not_provable / refuted
 
 
 class KeptDiff(BaseModel):
@@ -168,7 +168,7 @@ class ReportData(BaseModel):
     kept: list[KeptDiff]
     cost: Cost | None = None
     conclusion: str
-    use: dict[str, dict[str, int]] = {}  # per surface: how many pair audits proved its use
+    use: dict[str, dict[str, int]] = {}  # per surface: how many pair and screen audits proved its use
     use_note: str = NOT_PROVABLE_MEANS
 
 

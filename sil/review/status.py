@@ -48,7 +48,7 @@ class Verdict(BaseModel):
     mutation_id: str
     verdict: str
     reason: str
-    use: dict[str, int] = {}  # its pair audits' proof of use (sil/review/usecounts.py)
+    use: dict[str, int] = {}  # its pair and screen audits' proof of use (sil/review/usecounts.py)
 
 
 class RunStatus(BaseModel):
@@ -80,7 +80,7 @@ class RunStatus(BaseModel):
     confirmations: int = 0
     verified: bool = False  # the ledger verifies and the snapshots agree with it
     ledger: str = ""  # what was checked, or why it does not verify
-    use: dict[str, dict[str, int]] = {}  # per surface: pair audits that proved / could not prove its use
+    use: dict[str, dict[str, int]] = {}  # per surface: pair and screen audits that proved / could not prove its use
     use_note: str = NOT_PROVABLE_MEANS
 
 
@@ -220,7 +220,7 @@ def run_status(view: RunView) -> RunStatus:
 
 
 def _verdict(view: RunView, v: dict[str, Any]) -> Verdict:
-    """A verdict as status shows it, with its pair audits' proof of use (a malformed record reads '?')."""
+    """A verdict as status shows it, with its pair and screen audits' proof of use (a malformed record reads '?')."""
     rounds = candidate_rounds(view.payloads("round", RoundRecord), str(v.get("arm")), str(v.get("mutation_id")))
     fields = {k: str(v.get(k, "?")) for k in ("arm", "mutation_id", "verdict", "reason")}
     return Verdict(**fields, use=verdict_counts(view.payloads("audit", AuditRecord), rounds))
@@ -318,7 +318,7 @@ def status_lines(st: RunStatus) -> list[str]:
     for v in st.last_verdicts:
         use = f" [use: {words(v.use)}]" if v.use else ""
         lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}{use}")
-    lines += [f"use shown in pair audits, {surface}: {words(counts)}" for surface, counts in st.use.items()]
+    lines += [f"use shown in pair and screen audits, {surface}: {words(counts)}" for surface, counts in st.use.items()]
     if any(c.get("not_provable") for c in st.use.values()):
         lines.append(NOT_PROVABLE_SHORT)
     if st.halt_reason:

@@ -104,7 +104,7 @@ class Summary(BaseModel):
 
 
 def use_counts(records: list[Record]) -> dict[str, int]:
-    """How often a pair audit's differing surface was proven, not provable or refuted in use."""
+    """How often a pair or screen audit's differing surface was proven, not provable or refuted in use."""
     counts = Counter(u for r in records if r.type == "audit" for u in r.payload.get("use", {}).values())
     return {k: counts[k] for k in ("proven", "not_provable", "refuted") if counts[k]}
 
@@ -482,7 +482,7 @@ def render(s: Summary, console: Console) -> None:
     if s.use:
         shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.use.items())
         console.print(
-            f"proof that the runtime used the policy it was sent (pair audits × surfaces they differ on): {shown}"
+            f"proof that the runtime used the policy it was sent (pair and screen audits × surfaces they differ on): {shown}"
             + (USE_NOTE if s.use.get("not_provable") else "")
         )
     console.print(DIRECTION_LINE)

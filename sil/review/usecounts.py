@@ -1,8 +1,8 @@
 """How many audits proved the use of the policy they were sent, per surface and per verdict (L3).
 
-Each audit of a pair records, per surface where its policy differs from the other arm's, whether
-the target model's inputs show that text (sil/exec/useproof.py): proven, not provable, or
-refuted (a refuted audit is a gap). A verdict whose audits could not prove use may rest on a
+Each audit of a pair (and a screen's audit, against the champion) records, per surface where its
+policy differs from the other side's, whether the target model's inputs show that text
+(sil/exec/useproof.py): proven, not provable, or refuted (a refuted audit is a gap). A verdict whose audits could not prove use may rest on a
 runtime that never read the change, so every view shows these counts beside the verdicts.
 
     per_surface = surface_counts(view.payloads("audit", AuditRecord))   # {"wrapper_prompt": {"proven": 4, ...}}
@@ -27,7 +27,7 @@ NOT_PROVABLE_SHORT = "not provable = the audit cannot show that the runtime read
 
 
 def surface_counts(audits: Iterable[AuditRecord]) -> dict[str, dict[str, int]]:
-    """Per surface, how many pair audits proved, could not prove, or refuted its use."""
+    """Per surface, how many pair and screen audits proved, could not prove, or refuted its use."""
     out: dict[str, dict[str, int]] = {}
     for audit in audits:
         for surface, use in audit.use.items():
@@ -59,4 +59,4 @@ def words(counts: Mapping[str, int]) -> str:
 
 def surface_words(per_surface: Mapping[str, Mapping[str, int]]) -> str:
     """'wrapper_prompt: proven 4, not provable 2; tool_descriptions: not provable 6' or 'not checked'."""
-    return "; ".join(f"{s}: {words(c)}" for s, c in per_surface.items()) or "not checked (no pair audit)"
+    return "; ".join(f"{s}: {words(c)}" for s, c in per_surface.items()) or "not checked (no pair or screen audit)"

@@ -85,8 +85,12 @@ class Guards:
     anchor: Callable[[], None] = field(default=_nothing)  # checkpoint the ledger head outside it
 
 
-def held_back(reserve_usd: float) -> str:
-    return f", ${reserve_usd:.2f} held back for the final canary" if reserve_usd else ""
+def usd_short(max_usd: float, spent: float, more: float, reserve_usd: float, what: str) -> str | None:
+    """Why spending `more` USD (`what`: how it is counted) could exceed the budget, or None."""
+    if spent + more + reserve_usd <= max_usd + 1e-12:
+        return None
+    held = f", ${reserve_usd:.2f} held back for the final canary" if reserve_usd else ""
+    return f"USD budget (${max_usd:g}) could be exceeded: ${spent:.2f} spent, up to {what}{held}"
 
 
 def audit_id(label: str, role: str) -> str:
@@ -119,15 +123,23 @@ def audit_request(
 
 
 def batch_requests(
-    run_dir: Path, store: PolicyStore, label: str, sets: list[tuple[str, PolicySet]], when: tuple[int, SeedSet]
+    run_dir: Path,
+    store: PolicyStore,
+    label: str,
+    sets: list[tuple[str, PolicySet]],
+    when: tuple[int, SeedSet],
+    compared_with: PolicySet | None = None,
 ) -> list[AuditRequest]:
     """The requests of one batch. In a pair of two different sets each audit is told apart from
-    the other (per-audit proof of use); a batch of one set (baseline, A/A) has nothing to tell apart."""
+    the other (per-audit proof of use), and a screen's lone audit from the champion it is compared
+    with (`compared_with`); a batch of one set (baseline, A/A) has nothing to tell apart."""
     distinct = {ps.set_id: ps for _, ps in sets}
     reqs = []
     for role, ps in sets:
         others = [p for set_id, p in distinct.items() if set_id != ps.set_id]
-        contrast = others[0] if len(others) == 1 and len(distinct) == 2 else None
+        if compared_with is not None and compared_with.set_id != ps.set_id:
+            others = [*others, compared_with]
+        contrast = others[0] if len(others) == 1 else None
         reqs.append(audit_request(run_dir, store, label, (role, ps), when, contrast))
     return reqs
 
@@ -167,12 +179,7 @@ class RoundRunner:
             return f"arm budget ({limit} audits{held_for_champion(self.ctx.contract, arm)}) spent"
         if self.journal.elapsed() > b.max_wall_s:
             return f"wall-time budget ({b.max_wall_s:g}s) reached"
-        if s.usd + n * self.cost_bound + self.reserve_usd > b.max_usd + 1e-12:
-            return (
-                f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
-                f"up to ${self.cost_bound:.2f} per audit{held_back(self.reserve_usd)}"
-            )
-        return None
+        return usd_short(b.max_usd, s.usd, n * self.cost_bound, self.reserve_usd, f"${self.cost_bound:.2f} per audit")
 
     def wall_left(self) -> float:
         """Seconds of the run's wall-time budget left (a model call may take no longer)."""
@@ -181,12 +188,7 @@ class RoundRunner:
     def usd_left(self, usd: float) -> str | None:
         """Why spending up to `usd` more (e.g. a mutator call) may not start, or None."""
         b, s = self.ctx.contract.budget, self.journal.state
-        if s.usd + usd + self.reserve_usd > b.max_usd + 1e-12:
-            return (
-                f"USD budget (${b.max_usd:g}) could be exceeded: ${s.usd:.2f} spent, "
-                f"up to ${usd:.2f} more{held_back(self.reserve_usd)}"
-            )
-        return None
+        return usd_short(b.max_usd, s.usd, usd, self.reserve_usd, f"${usd:.2f} more")
 
     def audits_left(self, arm: str) -> int:
         """Audits the arm may still spend under its own and the run's audit budgets."""
@@ -221,8 +223,9 @@ class RoundRunner:
         sets: list[tuple[str, PolicySet]],
         seed_set: SeedSet = "search",
         reference: list[str] | None = None,
+        compared_with: PolicySet | None = None,
     ) -> list[AuditResult]:
-        """Run audits that share a clock tick on one seed set (`reference`: a screen's, fixed in the plan)."""
+        """Run audits that share a clock tick on one seed set (a screen's `reference` and `compared_with`)."""
         state = self.journal.state
         planned = state.planned
         if planned is None or planned.label != label:
@@ -242,7 +245,7 @@ class RoundRunner:
                 f"round {label} was planned on the {planned.seed_set} seeds but is resumed on the {seed_set} "
                 "seeds; the run state and the code disagree: start a new run with --new"
             )
-        reqs = batch_requests(self.journal.run_dir, self.store, label, sets, (planned.tick, seed_set))
+        reqs = batch_requests(self.journal.run_dir, self.store, label, sets, (planned.tick, seed_set), compared_with)
         todo = [r for r in reqs if not (r.audit_dir / RESULT_FILE).exists()]
         crashpoint("audit.before_launch")
         if todo:

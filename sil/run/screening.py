@@ -80,7 +80,7 @@ def run_screen(
     reference = reference_for(state, ctx.contract.promotion.screen_reference, label, champ)
     if not reference:
         return rounds.run_pair(arm, label, "screen", cand, champ, mutation_id)
-    (a,) = rounds.run_batch(arm, label, "screen", [("cand", cand)], reference=reference)
+    (a,) = rounds.run_batch(arm, label, "screen", [("cand", cand)], reference=reference, compared_with=champ)
     crashpoint("round.before_record")
     if not a.ok:
         rounds.record_gap(arm, label, "screen", mutation_id, a.gap_reason)

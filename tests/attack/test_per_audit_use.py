@@ -123,6 +123,43 @@ def test_an_honest_runtime_through_the_same_run_proves_use_in_every_pair(
     assert "refuted" not in use_counts(records) and use_counts(records)["proven"] > 0
 
 
+def gate_run(workspace: Path, backend: SimBackend, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list, list]:
+    """A small run of the gate arm alone, whose screens audit the candidate alone; with its lone
+    screen audits (the rounds compared with the champion's earlier audits)."""
+    shrink(workspace)
+    edit_contract(workspace / "program.md", "canary_max_shift: 1.0", "canary_max_shift: null")
+    edit_contract(workspace / "program.md", "arms: [never, random, gate]", "arms: [never, gate]")
+    monkeypatch.setattr(train, "make_backend", lambda name: backend)
+    rc = open_loop(workspace)
+    train.run_phases(rc)
+    records = list(ledger.read_records(rc.run_dir / "ledger.jsonl"))
+    lone = {r.payload["round"] for r in records if r.type in ("round", "gap") and r.payload.get("reference")}
+    lone |= {r.payload["key"] for r in records if r.type == "intent" and len(r.payload["audit_ids"]) == 1}
+    screens = [r.payload for r in records if r.type == "audit" and r.payload["round"] in lone]
+    return rc, records, [a for a in screens if a["round"].startswith("gate-")]
+
+
+def test_a_screens_lone_audit_of_the_candidate_proves_use_against_the_champion(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rc, records, screens = gate_run(workspace, HonestRuntime(), monkeypatch)
+    assert rc.state.phase == "done", rc.state.halt_reason
+    assert screens, "the gate screened against the champion's earlier audits"
+    assert all(a["role"] == "cand" and a["status"] == "ok" and a["use"] for a in screens)
+    assert all("proven" in a["use"].values() and "refuted" not in a["use"].values() for a in screens)
+
+
+def test_a_screen_of_a_runtime_honest_only_under_a_sentinel_is_a_gap_not_a_revert(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A screen's audit is the candidate's alone; unchecked, the liar's defaults would be scored
+    and a screen REVERT would rest on a change the runtime never read."""
+    rc, records, screens = gate_run(workspace, SentinelHonestRuntime(), monkeypatch)
+    assert screens and all(a["status"] == "gap" and "refuted" in a["use"].values() for a in screens)
+    assert not [r for r in records if r.type == "verdict"], "no verdict may rest on an audit of the defaults"
+    assert rc.state.phase == "halted" and "text this set has is not in them" in rc.state.halt_reason
+
+
 # ---------------------------------------------------------------- the check on its own
 
 

@@ -494,12 +494,12 @@ def test_no_planted_secret_survives_a_whole_run(workspace: Path) -> None:
     report = (workspace / "state" / "runs" / "leak" / "report" / "report.md").read_text()
     assert "not provable" in report and "use shown" in report.lower()
     assert re.search(r"\| (KEEP|REVERT) \|[^\n]*not provable \d", report), "no verdict row shows its use"
-    assert re.search(r"use shown in pair audits, \w+: (proven \d+, )?not provable \d", views[1].stdout)
+    assert re.search(r"use shown in pair and screen audits, \w+: (proven \d+, )?not provable \d", views[1].stdout)
     assert "not provable = the audit cannot show" in views[1].stdout
     rows = json.loads((workspace / "state" / "runs" / "leak" / "export.json").read_text())
-    # use is counted over pair audits: a verdict with no rounds (the arm's budget ran out before a
-    # decision) or decided by a screen (the candidate's audit alone) has none to show
-    verdicts = [r for r in rows if r["record"] == "verdict" and r["rounds"] and not r["reason"].startswith("screen:")]
+    # use is counted over the audits of a verdict's rounds: one with no rounds (the arm's budget ran
+    # out before a decision) has none to show; a screen's lone audit is told apart from the champion
+    verdicts = [r for r in rows if r["record"] == "verdict" and r["rounds"]]
     unshown = [r for r in verdicts if r["use.not_provable"] + r["use.proven"] == 0]
     assert verdicts and not unshown, [
         {k: r[k] for k in ("arm", "verdict", "reason", "rounds", "use.refuted")} for r in unshown
