@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000"]
-PAGE_HEIGHT = 7000  # tall enough for the default run's whole page
+PAGE_HEIGHT = 16000  # the browser's window; the shot is then trimmed to the page's own length
+MARGIN = 24  # pixels of background kept below the page's last content
 
 
 def browser() -> str:
@@ -57,7 +58,22 @@ def shoot(page: Path, out: Path, width: int) -> Path:
         timeout=180,
         check=True,
     )
+    trim(shot)
     return shot
+
+
+def trim(shot: Path) -> None:
+    """Cut the window's empty bottom off; refuse a page longer than the window (a cut-off shot)."""
+    from PIL import Image, ImageChops  # matplotlib's dependency: only this bench needs it
+
+    with Image.open(shot) as image:
+        page = image.convert("RGB")
+    background = Image.new("RGB", page.size, page.getpixel((0, page.height - 1)))
+    box = ImageChops.difference(page, background).getbbox()
+    bottom = box[3] if box else 0
+    if bottom >= page.height - MARGIN:
+        raise SystemExit(f"{shot.name}: the page is longer than {page.height}px; raise PAGE_HEIGHT")
+    page.crop((0, 0, page.width, bottom + MARGIN)).save(shot)
 
 
 def commit() -> str:
