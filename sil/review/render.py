@@ -329,8 +329,12 @@ COST_ROLE_HEAD = ["role", "calls", "USD", "note"]
 GAP_HEAD = ["audit", "arm", "gap reason"]
 
 
+def wall(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds:.0f}"  # None: the preflight records no wall time
+
+
 def _cost_tables(c: Cost) -> list[tuple[str, list[str], list[list[str]]]]:
-    arms = [[a.arm, str(a.audits), str(a.gaps), f"{a.usd:.2f}", f"{a.audit_wall_s:.0f}"] for a in c.arms]
+    arms = [[a.arm, str(a.audits), str(a.gaps), f"{a.usd:.2f}", wall(a.audit_wall_s)] for a in c.arms]
     roles = [[r.role, str(r.calls), f"{r.usd:.2f}", r.note] for r in c.roles]
     gaps = [[g.audit_id, g.arm, g.reason] for g in c.gap_list]
     return [("per arm", COST_ARM_HEAD, arms), ("per role", COST_ROLE_HEAD, roles), ("gaps (first 20)", GAP_HEAD, gaps)]

@@ -28,6 +28,7 @@ from sil.integrity.records import (
     CertifyRecord,
     MutationRecord,
     MutatorCallRecord,
+    PreflightReport,
     RoundRecord,
     RunRecord,
     VerdictRecord,
@@ -108,7 +109,7 @@ class ArmCost(BaseModel):
     audits: int
     gaps: int
     usd: float
-    audit_wall_s: float  # summed over the arm's audits (they may overlap in time)
+    audit_wall_s: float | None  # summed over the arm's audits (they may overlap); None: not recorded
 
 
 class RoleCost(BaseModel):
@@ -296,6 +297,15 @@ def _gap_kind(reason: str) -> str:
     return reason.split(":")[0].split(" in audit ")[0][:80]
 
 
+def preflight_cost(probes: list[PreflightReport]) -> list[ArmCost]:
+    """The wiring preflight's audits as a row of their own, so the rows add up to the run's totals."""
+    if not probes:
+        return []
+    usd = round(sum(p.usage.usd for p in probes), 6)
+    gaps = sum(p.audit_gap_reason is not None for p in probes)
+    return [ArmCost(arm="preflight", audits=len(probes), gaps=gaps, usd=usd, audit_wall_s=None)]
+
+
 def cost(view: RunView) -> Cost:
     c, s = view.contract, view.state
     assert c is not None and s is not None
@@ -306,9 +316,11 @@ def cost(view: RunView) -> Cost:
     gaps = [a for a in audits if a.status == "gap"]
     kinds = Counter(_gap_kind(g.gap_reason or "unknown") for g in gaps)
     mutator, canary = view.payloads("mutator_call", MutatorCallRecord), view.payloads("canary", CanaryRecord)
+    probes = view.payloads("probe", PreflightReport)
     summary = build_summary(s, view.records, c, "")
     return Cost(
-        arms=[
+        arms=[*preflight_cost(probes)]
+        + [
             ArmCost(
                 arm=arm,
                 audits=len(rows),
@@ -319,7 +331,12 @@ def cost(view: RunView) -> Cost:
             for arm, rows in arms.items()
         ],
         roles=[
-            RoleCost(role="audits", calls=len(audits), usd=round(sum(a.usage.usd for a in audits), 6), note=ROLE_NOTE),
+            RoleCost(
+                role="audits",
+                calls=len(audits) + len(probes),
+                usd=round(sum(a.usage.usd for a in audits) + sum(p.usage.usd for p in probes), 6),
+                note=ROLE_NOTE,
+            ),
             RoleCost(role="mutator", calls=len(mutator), usd=round(sum(m.usd for m in mutator), 6)),
             RoleCost(
                 role="canary (judge re-runs)",

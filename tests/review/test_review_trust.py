@@ -356,6 +356,17 @@ def test_4_the_report_says_what_the_run_cost_and_how_sure_it_is(report_dir) -> N
         assert needle in section, needle
 
 
+def test_4_the_cost_rows_add_up_to_the_run_s_totals_preflight_included(report_dir) -> None:
+    cost = json.loads((report_dir / "report.json").read_text())["cost"]
+    arms = {a["arm"]: a for a in cost["arms"]}
+    assert arms["preflight"]["audits"] == cost["preflight"] > 0 and arms["preflight"]["audit_wall_s"] is None
+    assert sum(a["audits"] for a in arms.values()) == cost["audits"]
+    assert sum(a["gaps"] for a in arms.values()) == cost["gaps"]
+    assert sum(a["usd"] for a in arms.values()) == pytest.approx(cost["usd"])
+    roles = {r["role"]: r for r in cost["roles"]}
+    assert roles["audits"]["calls"] == cost["audits"]
+
+
 def test_5_candidates_lead_with_the_verdict_and_fold_the_evidence(report_dir) -> None:
     html = (report_dir / "report.html").read_text()
     table = html[html.index("<table id='candidates'>") :]
