@@ -288,14 +288,14 @@ def error_line(st: RunStatus) -> str:
     """Where the run's error goes: a run budget (fwer, elond) or a fixed level per search step."""
     if st.two_stage:
         return (
-            f"error design two-stage: {st.confirmations} search confirmations at a fixed α_search each; "
+            f"error design two-stage: {st.confirmations} search confirmation{'' if st.confirmations == 1 else 's'} at a fixed α_search each; "
             "the guarantee is the final certification's"
         )
     return f"error budget α spent {st.alpha_spent:.4f} of {st.alpha_run if st.alpha_run is not None else '—'}"
 
 
 def _of(n: int, total: int | None) -> str:
-    return f"{n}/{total}" if total is not None else str(n)
+    return f"{n} of {total} planned" if total is not None else str(n)
 
 
 def status_lines(st: RunStatus) -> list[str]:
@@ -305,7 +305,7 @@ def status_lines(st: RunStatus) -> list[str]:
         f"run {st.run_id}: {st.phase}{state}",
         f"ledger verifies: {st.ledger}" if st.verified else "LEDGER DOES NOT VERIFY (see the notes below)",
         f"audits {_of(st.audits, st.audits_planned)} (limit {st.max_audits}), gaps {st.gaps}, "
-        f"USD {st.usd:.2f} of {st.max_usd if st.max_usd is not None else '—'}",
+        f"USD {st.usd:.2f} of {f'{st.max_usd:.2f}' if st.max_usd is not None else '—'}",
         error_line(st),
         f"elapsed {_dur(st.elapsed_s)}" + ("" if st.stopped else f", ETA {_dur(st.eta_s)}"),
     ]

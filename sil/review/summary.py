@@ -391,7 +391,7 @@ def error_words(s: Summary) -> str:
     """Where the run's error went, in the contract's design: a two-stage run has no run-level budget to spend."""
     if s.error_design == "two_stage":
         return (
-            f"two-stage — {s.confirmations} search confirmations at α_search={s.alpha_search} each "
+            f"two-stage — {s.confirmations} search confirmation{'' if s.confirmations == 1 else 's'} at α_search={s.alpha_search} each "
             f"(search steps); the guarantee is the certification's, {guarantee_words(s)}"
         )
     return f"{s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"

@@ -145,6 +145,9 @@ def test_runs_and_status_json(done, monkeypatch) -> None:
     assert status["phase"] == "done" and not status["running"]
     assert status["audits"] == runs[0]["audits"] > 0 and status["audits_planned"] >= status["audits"]
     assert status["alpha_run"] == 0.1 and status["last_verdicts"]
+    text = invoke("status", RUN).output  # says what each number is: no bare "369/476" beside "limit 500"
+    assert f"audits {status['audits']} of {status['audits_planned']} planned (limit {status['max_audits']})" in text
+    assert f"USD {status['usd']:.2f} of {status['max_usd']:.2f}" in text
 
 
 def test_runs_flags_a_ledger_cut_behind_its_checkpoints(copy_of) -> None:
