@@ -1,7 +1,7 @@
 """Calibration of the simulated audit against the noise seen in practice (docs/statistics.md §4).
 
-Simulates many worlds (world_seed varied from the bench's world 0) of an unchanged policy with the default contract's
-`sim` parameters and prints each calibration figure next to its target. Simulated figures:
+Simulates many worlds (world_seed varied from the bench's world 0) of an unchanged policy with
+the default contract's `sim` parameters and prints each calibration figure next to its target. Simulated figures:
 they check the model's noise, not any model's behaviour.
 
     python bench/calibrate_sim.py                 # 3000 worlds, program.md, ~15 s

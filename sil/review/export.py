@@ -24,7 +24,14 @@ from sil.base.errors import Refused
 from sil.base.fsutil import atomic_write_bytes
 from sil.integrity.records import AuditRecord, RoundRecord
 from sil.review.runview import RunView
-from sil.review.usecounts import NOT_PROVABLE_MEANS, candidate_rounds, surface_counts, surface_words, verdict_counts
+from sil.review.usecounts import (
+    COUNTED_OVER,
+    NOT_PROVABLE_MEANS,
+    candidate_rounds,
+    surface_counts,
+    surface_words,
+    verdict_counts,
+)
 from sil_policy.credentials import redact_data
 
 Format = Literal["csv", "parquet", "json"]
@@ -87,7 +94,7 @@ def export_rows(view: RunView) -> list[dict[str, Any]]:
 def use_lines(view: RunView) -> list[str]:
     """What `sil export` says beside the file: per surface, how many audits showed the policy's use."""
     return [
-        f"use shown (pair and screen audits): {surface_words(surface_counts(view.payloads('audit', AuditRecord)))}",
+        f"use shown ({COUNTED_OVER}): {surface_words(surface_counts(view.payloads('audit', AuditRecord)))}",
         NOT_PROVABLE_MEANS,
     ]
 

@@ -18,7 +18,7 @@ from sil.review.plots import all_plots
 from sil.review.report import Candidate, Certification, Cost, Effect, KeptDiff, ReportData
 from sil.review.runview import RunView
 from sil.review.summary import DIRECTION_LINE
-from sil.review.usecounts import surface_words, words
+from sil.review.usecounts import COUNTED_OVER, surface_words, words
 from sil_policy.credentials import redact_data
 
 PLOT_TITLES = {
@@ -198,7 +198,7 @@ def _overview_rows(d: ReportData) -> list[list[str]]:
         ["checkpoints", f"{t.checkpoints} agree" + (f"; {'; '.join(t.notes)}" if t.notes else "")],
         ["approval signature", "signed" if t.approval_signed else "none (offline contract or unsigned)"],
         ["audit logs", d.cost.audit_logs if d.cost else "—"],
-        ["use of the policy shown (pair and screen audits, per surface)", f"{surface_words(d.use)}. {d.use_note}"],
+        [f"use of the policy shown ({COUNTED_OVER}, per surface)", f"{surface_words(d.use)}. {d.use_note}"],
         ["direction", DIRECTION_LINE.removeprefix("all dimensions: ")],
     ]
 

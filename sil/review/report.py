@@ -316,25 +316,24 @@ def cost(view: RunView) -> Cost:
     gaps = [a for a in audits if a.status == "gap"]
     kinds = Counter(_gap_kind(g.gap_reason or "unknown") for g in gaps)
     mutator, canary = view.payloads("mutator_call", MutatorCallRecord), view.payloads("canary", CanaryRecord)
-    probes = view.payloads("probe", PreflightReport)
     summary = build_summary(s, view.records, c, "")
+    arm_rows = preflight_cost(view.payloads("probe", PreflightReport)) + [
+        ArmCost(
+            arm=arm,
+            audits=len(rows),
+            gaps=sum(r.status == "gap" for r in rows),
+            usd=round(sum(r.usage.usd for r in rows), 6),
+            audit_wall_s=round(sum(r.wall_s for r in rows), 1),
+        )
+        for arm, rows in arms.items()
+    ]
     return Cost(
-        arms=[*preflight_cost(probes)]
-        + [
-            ArmCost(
-                arm=arm,
-                audits=len(rows),
-                gaps=sum(r.status == "gap" for r in rows),
-                usd=round(sum(r.usage.usd for r in rows), 6),
-                audit_wall_s=round(sum(r.wall_s for r in rows), 1),
-            )
-            for arm, rows in arms.items()
-        ],
-        roles=[
+        arms=arm_rows,
+        roles=[  # every audit, the preflight's included, is one arm row's
             RoleCost(
                 role="audits",
-                calls=len(audits) + len(probes),
-                usd=round(sum(a.usage.usd for a in audits) + sum(p.usage.usd for p in probes), 6),
+                calls=sum(a.audits for a in arm_rows),
+                usd=round(sum(a.usd for a in arm_rows), 6),
                 note=ROLE_NOTE,
             ),
             RoleCost(role="mutator", calls=len(mutator), usd=round(sum(m.usd for m in mutator), 6)),

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from sil.base.locks import OWNER_SUFFIX, RUN_LOCK
 from sil.integrity.records import AuditRecord, RoundRecord
 from sil.review.usecounts import (
+    COUNTED_OVER,
     NOT_PROVABLE_MEANS,
     NOT_PROVABLE_SHORT,
     candidate_rounds,
@@ -284,11 +285,15 @@ def _dur(seconds: float | None) -> str:
     return f"{m}m{sec:02d}s" if m else f"{sec}s"
 
 
+def confirmations(n: int) -> str:
+    return f"{n} search confirmation{'' if n == 1 else 's'}"
+
+
 def error_line(st: RunStatus) -> str:
     """Where the run's error goes: a run budget (fwer, elond) or a fixed level per search step."""
     if st.two_stage:
         return (
-            f"error design two-stage: {st.confirmations} search confirmation{'' if st.confirmations == 1 else 's'} at a fixed α_search each; "
+            f"error design two-stage: {confirmations(st.confirmations)} at a fixed α_search each; "
             "the guarantee is the final certification's"
         )
     return f"error budget α spent {st.alpha_spent:.4f} of {st.alpha_run if st.alpha_run is not None else '—'}"
@@ -318,7 +323,7 @@ def status_lines(st: RunStatus) -> list[str]:
     for v in st.last_verdicts:
         use = f" [use: {words(v.use)}]" if v.use else ""
         lines.append(f"  {v.arm} {v.mutation_id}: {v.verdict.upper()} — {v.reason}{use}")
-    lines += [f"use shown in pair and screen audits, {surface}: {words(counts)}" for surface, counts in st.use.items()]
+    lines += [f"use shown in {COUNTED_OVER}, {surface}: {words(counts)}" for surface, counts in st.use.items()]
     if any(c.get("not_provable") for c in st.use.values()):
         lines.append(NOT_PROVABLE_SHORT)
     if st.halt_reason:

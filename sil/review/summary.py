@@ -19,6 +19,8 @@ from sil.contract.prepare import SeedSet
 from sil.contract.schema import Contract
 from sil.integrity.ledger import Record
 from sil.integrity.records import NoiseRecord, canary_halt, parse_payload
+from sil.review.status import confirmations
+from sil.review.usecounts import COUNTED_OVER
 from sil.stats import fitness
 from sil.stats.horizon import Outlook
 from sil.store.champion import ChampionStatus, champion_status
@@ -391,7 +393,7 @@ def error_words(s: Summary) -> str:
     """Where the run's error went, in the contract's design: a two-stage run has no run-level budget to spend."""
     if s.error_design == "two_stage":
         return (
-            f"two-stage — {s.confirmations} search confirmation{'' if s.confirmations == 1 else 's'} at α_search={s.alpha_search} each "
+            f"two-stage — {confirmations(s.confirmations)} at α_search={s.alpha_search} each "
             f"(search steps); the guarantee is the certification's, {guarantee_words(s)}"
         )
     return f"{s.alpha_spent:.4f} of α_run={s.alpha_run} spent over {s.confirmations} confirmations"
@@ -482,7 +484,7 @@ def render(s: Summary, console: Console) -> None:
     if s.use:
         shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.use.items())
         console.print(
-            f"proof that the runtime used the policy it was sent (pair and screen audits × surfaces they differ on): {shown}"
+            f"proof that the runtime used the policy it was sent ({COUNTED_OVER} × surfaces they differ on): {shown}"
             + (USE_NOTE if s.use.get("not_provable") else "")
         )
     console.print(DIRECTION_LINE)

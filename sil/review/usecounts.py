@@ -24,6 +24,7 @@ NOT_PROVABLE_MEANS = (
 )
 
 NOT_PROVABLE_SHORT = "not provable = the audit cannot show that the runtime read the change"
+COUNTED_OVER = "pair and screen audits"  # the audits told apart from another policy set: what use is counted over
 
 
 def surface_counts(audits: Iterable[AuditRecord]) -> dict[str, dict[str, int]]:
@@ -59,4 +60,4 @@ def words(counts: Mapping[str, int]) -> str:
 
 def surface_words(per_surface: Mapping[str, Mapping[str, int]]) -> str:
     """'wrapper_prompt: proven 4, not provable 2; tool_descriptions: not provable 6' or 'not checked'."""
-    return "; ".join(f"{s}: {words(c)}" for s, c in per_surface.items()) or "not checked (no pair or screen audit)"
+    return "; ".join(f"{s}: {words(c)}" for s, c in per_surface.items()) or f"not checked (no {COUNTED_OVER})"
